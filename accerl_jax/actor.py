@@ -1,0 +1,156 @@
+"""Actor: steps ``B`` environments with the *compressed* policy μ and records a time-major rollout.
+
+Two ways to run, one output (:class:`accerl_jax.types.Rollout`, ``[T, B, ...]``):
+
+* :class:`AnakinActor` -- jittable (gymnax) environments: env stepping and policy inference fused in
+  one jitted ``lax.scan`` of ``T`` steps (Podracer's Anakin, arXiv 2104.06272). The split of its time
+  into env stepping and inference is *calibrated*: :meth:`AnakinActor.time_env_only` times the same scan
+  with uniform-random actions (no policy), which is also the actor's ceiling (DESIGN.md).
+* :class:`HostActor` -- host (envpool) environments: a jitted policy call and a host ``step`` per time
+  step; both parts are timed directly.
+
+Actions are sampled from ``softmax(logits)``; the behaviour log-probability ``log μ(a|x)`` is stored.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from accerl_jax.types import ApplyFn, Rollout, Transition
+
+
+def sample_action(apply: ApplyFn, params, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Sample ``a ~ softmax(logits)``; returns ``(action [B] int32, log_prob [B] float32)``."""
+    logits, _ = apply(params, obs)
+    action = jax.random.categorical(key, logits).astype(jnp.int32)
+    log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+    return action, log_prob
+
+
+def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:
+    return Rollout(
+        obs=obs,
+        action=action,
+        log_prob=log_prob,
+        reward=tr.reward,
+        terminated=tr.terminated,
+        truncated=tr.truncated,
+        valid=tr.valid,
+        next_obs=tr.next_obs,
+        episode_return=tr.episode_return,
+        episode_length=tr.episode_length,
+    )
+
+
+class ActorCarry(NamedTuple):
+    env_state: Any  # adapter state
+    obs: Any  # [B, *obs_shape] observation the next action is taken at
+    key: jax.Array  # PRNG key for action sampling
+
+
+class AnakinActor:
+    """Fused jitted rollout of ``rollout_length`` steps for a jittable env adapter.
+
+    Args:
+      env: a jittable adapter (``env.info.jittable``).
+      apply: the actor network's apply function (from the Compressor).
+      rollout_length: ``T``, agent steps per rollout and environment.
+    """
+
+    def __init__(self, env, apply: ApplyFn, rollout_length: int):
+        if not env.info.jittable:
+            raise ValueError(f"{env.info.name} is a host environment; use HostActor")
+        self.env = env
+        self.rollout_length = rollout_length
+
+        def _run(params, carry: ActorCarry, random_actions: bool):
+            def step(c: ActorCarry, _):
+                key, sub = jax.random.split(c.key)
+                if random_actions:
+                    action = jax.random.randint(sub, (env.info.num_envs,), 0, env.info.num_actions)
+                    log_prob = jnp.full(action.shape, -jnp.log(env.info.num_actions), jnp.float32)
+                else:
+                    action, log_prob = sample_action(apply, params, c.obs, sub)
+                env_state, tr = env.step(c.env_state, action)
+                return ActorCarry(env_state, tr.obs, key), (c.obs, action, log_prob, tr)
+
+            carry, (obs, action, log_prob, tr) = jax.lax.scan(step, carry, None, length=rollout_length)
+            return carry, _rollout_from_steps(obs, action, log_prob, tr)
+
+        self._reset = jax.jit(env.reset)
+        self._rollout = jax.jit(lambda p, c: _run(p, c, False))
+        # The env-only twin returns just the carry and a checksum, so that its rollout is not materialised.
+        self._env_only = jax.jit(lambda c: jax.tree.map(jnp.sum, _run(None, c, True)[0].obs))
+
+    def reset(self, key: jax.Array) -> ActorCarry:
+        env_key, act_key = jax.random.split(key)
+        env_state, obs = self._reset(env_key)
+        return ActorCarry(env_state, obs, act_key)
+
+    def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
+        """One rollout; returns the new carry, the :class:`Rollout` and ``{}`` (no direct timings)."""
+        carry, rollout = self._rollout(params, carry)
+        return carry, rollout, {}
+
+    def time_env_only(self, carry: ActorCarry) -> float:
+        """Wall seconds of ``T`` steps of the same envs with random actions and no policy (the ceiling)."""
+        jax.block_until_ready(self._env_only(carry))  # compiled on first use, not timed
+        start = time.perf_counter()
+        jax.block_until_ready(self._env_only(carry))
+        return time.perf_counter() - start
+
+
+class HostActor:
+    """Rollout of ``rollout_length`` steps for a host (envpool) adapter; env and inference timed apart.
+
+    Args:
+      env: a host adapter (``not env.info.jittable``).
+      apply: the actor network's apply function.
+      rollout_length: ``T``.
+    """
+
+    def __init__(self, env, apply: ApplyFn, rollout_length: int):
+        self.env = env
+        self.rollout_length = rollout_length
+
+        def policy(params, obs, key):
+            key, sub = jax.random.split(key)
+            return (*sample_action(apply, params, obs, sub), key)
+
+        # Key splitting lives inside the jitted call: one dispatch per step.
+        self._policy = jax.jit(policy)
+
+    def reset(self, key: jax.Array) -> ActorCarry:
+        env_key, act_key = jax.random.split(key)
+        env_state, obs = self.env.reset(env_key)
+        return ActorCarry(env_state, obs, act_key)
+
+    def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
+        """One rollout; returns the new carry, the :class:`Rollout` (device arrays) and the measured
+        ``{"env_time_s", "inference_time_s"}`` in seconds."""
+        env_time = inference_time = 0.0
+        env_state, obs, key = carry
+        steps = []
+        for _ in range(self.rollout_length):
+            start = time.perf_counter()
+            action, log_prob, key = self._policy(params, obs, key)
+            action, log_prob = jax.device_get((action, log_prob))
+            mid = time.perf_counter()
+            env_state, tr = self.env.step(env_state, action)
+            inference_time += mid - start
+            env_time += time.perf_counter() - mid
+            steps.append((obs, action, log_prob, tr))
+            obs = tr.obs
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *steps)
+        rollout = jax.device_put(_rollout_from_steps(*stacked))
+        return ActorCarry(env_state, obs, key), rollout, {"env_time_s": env_time, "inference_time_s": inference_time}
+
+
+def make_actor(env, apply: ApplyFn, rollout_length: int):
+    """:class:`AnakinActor` for a jittable env, :class:`HostActor` otherwise."""
+    cls = AnakinActor if env.info.jittable else HostActor
+    return cls(env, apply, rollout_length)

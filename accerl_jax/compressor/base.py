@@ -1,0 +1,74 @@
+"""The Compressor interface (optax-style) and named composition.
+
+A compressor turns learner parameters into the parameters of the policy the Actor runs:
+
+* ``init(params, key) -> (actor_params, state)``: the first actor parameters and the compressor's
+  own state (a NamedTuple), from the learner's initial ``params``.
+* ``compress(params, state, obs) -> (actor_params, state)``: new actor parameters from the current
+  learner ``params``; ``obs [N, *obs_shape]`` are recent actor observations (distillation trains on
+  them, others ignore them).
+* ``actor_apply(apply) -> apply``: the apply function of the actor network, given the apply function
+  of the network the compressor's input parameters belong to (static, Python-level).
+
+:func:`chain` composes compressors by name, so a chain's state reads ``state["fakequant"]``, not
+``state[1]`` (DESIGN.md, "Conventions"; optax's ``named_chain``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+from accerl_jax.types import ApplyFn, Params
+
+
+class Compressor(NamedTuple):
+    """A pair of pure functions plus the apply-function transform. See the module docstring."""
+
+    init: Callable[[Params, jax.Array], tuple[Params, Any]]
+    compress: Callable[[Params, Any, jax.Array], tuple[Params, Any]]
+    actor_apply: Callable[[ApplyFn], ApplyFn]
+
+
+class IdentityState(NamedTuple):
+    """``none`` has no state."""
+
+
+def identity() -> Compressor:
+    """``none``: the actor runs the learner's parameters unchanged."""
+    return Compressor(
+        init=lambda params, key: (params, IdentityState()),
+        compress=lambda params, state, obs: (params, state),
+        actor_apply=lambda apply: apply,
+    )
+
+
+def chain(*named: tuple[str, Compressor]) -> Compressor:
+    """Compose ``(name, compressor)`` pairs, applied left to right; state is a dict keyed by name.
+
+    Raises:
+      ValueError: if two stages share a name.
+    """
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError(f"compressor chain {'+'.join(names)!r} repeats a stage; each may appear once")
+
+    def init(params, key):
+        state = {}
+        keys = jax.random.split(key, max(1, len(named)))
+        for (name, c), k in zip(named, keys):
+            params, state[name] = c.init(params, k)
+        return params, state
+
+    def compress(params, state, obs):
+        new_state = {}
+        for name, c in named:
+            params, new_state[name] = c.compress(params, state[name], obs)
+        return params, new_state
+
+    def actor_apply(apply):
+        for _, c in named:
+            apply = c.actor_apply(apply)
+        return apply
+
+    return Compressor(init, compress, actor_apply)

@@ -1,0 +1,80 @@
+"""The training configuration: one typed dataclass whose field docstrings are the CLI's ``--help``."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass
+class Config:
+    """Train an IMPALA actor-critic whose actors run a compressed copy of the learner's policy (AcceRL)."""
+
+    env: str = "gymnax:CartPole-v1"
+    """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
+    (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
+    compressor: str = "distill:small"
+    """Actor policy compressor: 'none', 'mask:<sparsity>', 'fakequant:<bits>', 'distill:<tiny|small|half>',
+    or a '+' chain such as 'distill:small+fakequant:8'."""
+    corrector: str = "vtrace"
+    """Off-policy correction: 'vtrace' (IMPALA) or 'none' (no correction, ρ = 1)."""
+    total_steps: int = 800_000
+    """Training budget in agent steps, summed over all environments."""
+    num_envs: int = 16
+    """Environments stepped together (B); a multiple of the number of learner devices."""
+    rollout_length: int = 16
+    """Agent steps per environment per rollout (T)."""
+    seed: int = 0
+    """Random seed (network init, action sampling, environments)."""
+    logdir: Optional[str] = None
+    """Output folder for summary.json, metrics.csv and TensorBoard events; default runs/<env>-<compressor>-s<seed>-<time>."""
+    learning_rate: float = 1e-3
+    """Adam learning rate of the learner, linearly annealed to 0 over the budget."""
+    discount: float = 0.99
+    """Discount γ per agent step."""
+    lambda_: float = 1.0
+    """V-trace λ."""
+    clip_rho_threshold: float = 1.0
+    """V-trace ρ̄: clip of the importance ratio in the value targets."""
+    clip_pg_rho_threshold: float = 1.0
+    """Clip of the importance ratio in the policy-gradient advantage."""
+    entropy_coef: float = 0.01
+    """Entropy bonus weight."""
+    value_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 40.0
+    """Global gradient-norm clip of the learner."""
+    distill_steps: int = 4
+    """Distillation gradient steps per learner update (distill compressors)."""
+    distill_learning_rate: float = 1e-3
+    """Adam learning rate of the distillation student."""
+    log_every: int = 10
+    """Write metrics every this many learner updates."""
+    return_window: int = 100
+    """final_return_mean averages the returns of this many last finished episodes."""
+    progress: bool = True
+    """Show the progress bar."""
+
+
+def validate(cfg: Config) -> None:
+    """Check the numeric fields; raise ValueError naming the bad value and what is accepted."""
+    checks = [
+        ("total_steps", cfg.total_steps > 0, "a positive integer"),
+        ("num_envs", cfg.num_envs > 0, "a positive integer"),
+        ("rollout_length", cfg.rollout_length > 0, "a positive integer"),
+        ("learning_rate", cfg.learning_rate > 0, "a positive number"),
+        ("discount", 0.0 <= cfg.discount <= 1.0, "a number in [0, 1]"),
+        ("lambda_", 0.0 <= cfg.lambda_ <= 1.0, "a number in [0, 1]"),
+        ("clip_rho_threshold", cfg.clip_rho_threshold > 0, "a positive number"),
+        ("clip_pg_rho_threshold", cfg.clip_pg_rho_threshold > 0, "a positive number"),
+        ("entropy_coef", cfg.entropy_coef >= 0, "a number >= 0"),
+        ("value_coef", cfg.value_coef >= 0, "a number >= 0"),
+        ("max_grad_norm", cfg.max_grad_norm > 0, "a positive number"),
+        ("distill_steps", cfg.distill_steps >= 0, "an integer >= 0"),
+        ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
+        ("log_every", cfg.log_every > 0, "a positive integer"),
+        ("return_window", cfg.return_window > 0, "a positive integer"),
+    ]
+    for name, ok, expected in checks:
+        if not ok:
+            flag = "--" + name.rstrip("_").replace("_", "-")
+            raise ValueError(f"bad {flag} {getattr(cfg, name)!r}; expected {expected}")

@@ -1,0 +1,33 @@
+"""Environment adapters: gymnax (jittable, on device) and envpool (host), one interface.
+
+:func:`make_env` parses the ``--env`` string ``gymnax:<id>`` or ``envpool:<id>``.
+"""
+from __future__ import annotations
+
+from accerl_jax.envs.base import EnvInfo
+from accerl_jax.envs.envpool_env import EnvpoolEnv
+from accerl_jax.envs.gymnax_env import GymnaxEnv
+
+BACKENDS = ("gymnax", "envpool")
+
+
+def make_env(name: str, num_envs: int, seed: int = 0):
+    """Build the adapter for ``name`` (``gymnax:<id>`` or ``envpool:<id>``) with ``num_envs`` copies.
+
+    Raises:
+      ValueError: for a malformed name, an unknown backend or id, or ``num_envs < 1``.
+    """
+    backend, sep, env_id = name.partition(":")
+    if not sep or not env_id or backend not in BACKENDS:
+        raise ValueError(
+            f"bad --env {name!r}; expected 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) "
+            "or 'envpool:<id>' (e.g. envpool:Pong-v5, envpool:CartPole-v1)"
+        )
+    if num_envs < 1:
+        raise ValueError(f"bad --num-envs {num_envs}; expected a positive integer")
+    if backend == "gymnax":
+        return GymnaxEnv(env_id, num_envs)
+    return EnvpoolEnv(env_id, num_envs, seed)
+
+
+__all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "BACKENDS"]

@@ -1,0 +1,93 @@
+"""envpool adapter: ``B`` C++ environments stepped from the host (synchronous ``step``).
+
+envpool resets on the *next* ``step`` call after an episode ends: that call ignores the action and
+returns the first observation of the new episode with reward 0. That transition is not an MDP
+transition; this adapter marks it ``valid = False`` so it gets zero weight in every loss
+(DESIGN.md, "Conventions"). At the step that ends an episode envpool returns the true final
+observation, so ``next_obs`` is simply the returned observation.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from accerl_jax.envs.base import EnvInfo
+from accerl_jax.types import Transition
+
+
+class EnvpoolState(NamedTuple):
+    """Host-side bookkeeping (numpy arrays ``[B]``)."""
+
+    needs_reset: np.ndarray  # bool: the previous step ended an episode; this step is the reset step
+    episode_return: np.ndarray  # float32
+    episode_length: np.ndarray  # int32
+
+
+class EnvpoolEnv:
+    """``B`` envpool environments behind the adapter interface (not jittable).
+
+    Raises:
+      ValueError: if ``env_id`` is not an envpool task or has a non-discrete action space.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        import envpool  # imported here: importing envpool is slow and gymnax-only runs skip it
+
+        if env_id not in envpool.list_all_envs():
+            raise ValueError(
+                f"unknown envpool task {env_id!r}; e.g. Pong-v5, Breakout-v5, CartPole-v1 "
+                "(envpool.list_all_envs() lists all)"
+            )
+        self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed)
+        space = self._env.action_space
+        if not hasattr(space, "n"):
+            raise ValueError(f"envpool:{env_id} has a continuous action space; only discrete actions are supported")
+        shape = tuple(self._env.observation_space.shape)
+        self._obs_dtype = "uint8" if self._env.observation_space.dtype == np.uint8 else "float32"
+        self.info = EnvInfo(
+            name=f"envpool:{env_id}",
+            num_envs=num_envs,
+            obs_shape=shape,
+            obs_dtype=self._obs_dtype,
+            num_actions=int(space.n),
+            channels_first=len(shape) == 3,
+            jittable=False,
+            max_episode_steps=int(self._env.spec.config.max_episode_steps),
+        )
+
+    def _cast(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(self._obs_dtype, copy=False)
+
+    def reset(self, key=None) -> tuple[EnvpoolState, np.ndarray]:
+        """Reset all environments (seeded at construction; ``key`` is ignored)."""
+        obs, _ = self._env.reset()
+        b = self.info.num_envs
+        state = EnvpoolState(np.zeros(b, bool), np.zeros(b, np.float32), np.zeros(b, np.int32))
+        return state, self._cast(obs)
+
+    def step(self, state: EnvpoolState, action) -> tuple[EnvpoolState, Transition]:
+        """Step with ``action [B]`` int; returns numpy :class:`Transition` fields ``[B, ...]``."""
+        obs, reward, terminated, truncated, _ = self._env.step(np.asarray(action, dtype=np.int32))
+        obs = self._cast(obs)
+        reward = reward.astype(np.float32)
+        valid = ~state.needs_reset
+        terminated = terminated & valid
+        truncated = truncated & valid & ~terminated
+        done = terminated | truncated
+        ep_ret = state.episode_return + np.where(valid, reward, 0.0).astype(np.float32)
+        ep_len = state.episode_length + valid.astype(np.int32)
+        transition = Transition(
+            obs=obs,
+            next_obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            valid=valid,
+            episode_return=ep_ret,
+            episode_length=ep_len,
+        )
+        new_state = EnvpoolState(
+            done, np.where(done, 0.0, ep_ret).astype(np.float32), np.where(done, 0, ep_len).astype(np.int32)
+        )
+        return new_state, transition

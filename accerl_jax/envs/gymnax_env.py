@@ -1,0 +1,87 @@
+"""gymnax adapter: pure, jittable, ``B`` environments stepped with ``vmap``.
+
+gymnax 1.0 auto-resets inside ``step`` and returns the true last observation in
+``info["final_observation"]``; this adapter exposes it as ``Transition.next_obs``. Every gymnax
+transition is an MDP transition (``valid`` is always True).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnax
+import jax
+import jax.numpy as jnp
+
+from accerl_jax.envs.base import EnvInfo
+from accerl_jax.types import Transition
+
+
+class GymnaxState(NamedTuple):
+    env_state: Any  # gymnax state pytree, leaves [B, ...]
+    key: jax.Array  # PRNG key for the next step
+    episode_return: jax.Array  # [B] float32, running undiscounted return
+    episode_length: jax.Array  # [B] int32, running length in agent steps
+
+
+class GymnaxEnv:
+    """``B`` copies of a gymnax environment behind the adapter interface.
+
+    Raises:
+      ValueError: if ``env_id`` is not a registered gymnax environment or has a non-discrete
+        action space.
+    """
+
+    def __init__(self, env_id: str, num_envs: int):
+        if env_id not in gymnax.registered_envs:
+            raise ValueError(
+                f"unknown gymnax environment {env_id!r}; known ones include "
+                f"{', '.join(sorted(gymnax.registered_envs)[:12])}, ..."
+            )
+        self._env, self._params = gymnax.make(env_id)
+        space = self._env.action_space(self._params)
+        if not hasattr(space, "n"):
+            raise ValueError(f"gymnax:{env_id} has a continuous action space; only discrete actions are supported")
+        obs_space = self._env.observation_space(self._params)
+        self.info = EnvInfo(
+            name=f"gymnax:{env_id}",
+            num_envs=num_envs,
+            obs_shape=tuple(obs_space.shape),
+            obs_dtype="float32",
+            num_actions=int(space.n),
+            channels_first=False,
+            jittable=True,
+            max_episode_steps=int(self._params.max_steps_in_episode),
+        )
+
+    def reset(self, key: jax.Array) -> tuple[GymnaxState, jax.Array]:
+        """Reset all ``B`` environments. Returns the state and ``obs [B, *obs_shape]`` float32."""
+        key, sub = jax.random.split(key)
+        keys = jax.random.split(sub, self.info.num_envs)
+        obs, env_state = jax.vmap(self._env.reset, in_axes=(0, None))(keys, self._params)
+        b = self.info.num_envs
+        state = GymnaxState(env_state, key, jnp.zeros((b,), jnp.float32), jnp.zeros((b,), jnp.int32))
+        return state, obs.astype(jnp.float32)
+
+    def step(self, state: GymnaxState, action: jax.Array) -> tuple[GymnaxState, Transition]:
+        """Step all ``B`` environments with ``action [B]`` int32; auto-resets finished episodes."""
+        key, sub = jax.random.split(state.key)
+        keys = jax.random.split(sub, self.info.num_envs)
+        obs, env_state, reward, terminated, truncated, info = jax.vmap(
+            self._env.step, in_axes=(0, 0, 0, None)
+        )(keys, state.env_state, action, self._params)
+        reward = reward.astype(jnp.float32)
+        done = jnp.logical_or(terminated, truncated)
+        ep_ret = state.episode_return + reward
+        ep_len = state.episode_length + 1
+        transition = Transition(
+            obs=obs.astype(jnp.float32),
+            next_obs=info["final_observation"].astype(jnp.float32),
+            reward=reward,
+            terminated=terminated,
+            truncated=jnp.logical_and(truncated, jnp.logical_not(terminated)),
+            valid=jnp.ones_like(done),
+            episode_return=ep_ret,
+            episode_length=ep_len,
+        )
+        new_state = GymnaxState(env_state, key, jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
+        return new_state, transition

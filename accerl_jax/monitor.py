@@ -1,0 +1,176 @@
+"""Monitor: per-stage timing, returns, actor-vs-learner divergence, logs, progress and the summary.
+
+Writes into ``logdir``: ``metrics.csv`` (one row per logged update), TensorBoard event files
+(tensorboardX), and ``summary.json`` at the end (written to a temporary file and renamed, so a crash
+never leaves a half-written summary). Shows a rich progress bar and a final summary table.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import csv
+import json
+import os
+import time
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+STAGES = ("actor", "env", "inference", "learner", "compress")
+
+
+@jax.jit
+def policy_divergence(learner_logits: jax.Array, actor_logits: jax.Array) -> dict:
+    """KL(π_learner ‖ π_actor) and greedy-action agreement, means over ``[N, A]`` logits.
+
+    Returns dict of [] float32: ``kl_learner_actor`` (nats) and ``action_agreement`` (fraction).
+    """
+    log_p = jax.nn.log_softmax(learner_logits)
+    log_q = jax.nn.log_softmax(actor_logits)
+    kl = jnp.mean(jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1))
+    agree = jnp.mean((jnp.argmax(learner_logits, -1) == jnp.argmax(actor_logits, -1)).astype(jnp.float32))
+    return {"kl_learner_actor": kl, "action_agreement": agree}
+
+
+def atomic_write_json(path: str, payload: dict) -> None:
+    """Write ``payload`` as JSON to ``path`` via a temporary file and ``os.replace``."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class Monitor:
+    """Collects timings and episode returns, logs them, and writes the summary.
+
+    Args:
+      logdir: output folder (created if missing).
+      total_steps: planned env steps (agent steps summed over environments), for the progress bar.
+      return_window: how many of the last finished episodes ``final_return_mean`` averages.
+      progress: show the rich progress bar.
+    """
+
+    def __init__(self, logdir: str, total_steps: int, return_window: int = 100, progress: bool = True):
+        from tensorboardX import SummaryWriter
+
+        os.makedirs(logdir, exist_ok=True)
+        self.logdir = logdir
+        self.total_steps = total_steps
+        self.times = dict.fromkeys(STAGES, 0.0)
+        self.returns: collections.deque = collections.deque(maxlen=return_window)
+        self.episodes = 0
+        self.env_steps = 0
+        self.start = time.perf_counter()
+        self._writer = SummaryWriter(logdir)
+        self._csv_file = open(os.path.join(logdir, "metrics.csv"), "w", newline="")
+        self._csv = None
+        self._progress = None
+        if progress:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                TextColumn("{task.completed:>9,}/{task.total:,} steps"),
+                TextColumn("{task.fields[sps]:>8,.0f} steps/s"),
+                TextColumn("return {task.fields[ret]}"),
+                TimeElapsedColumn(),
+            )
+            self._task = self._progress.add_task("train", total=total_steps, sps=0.0, ret="-")
+            self._progress.start()
+
+    @contextlib.contextmanager
+    def time(self, stage: str):
+        """Add the wall seconds of the ``with`` body to ``stage``; the body must block on its outputs."""
+        start = time.perf_counter()
+        yield
+        self.times[stage] += time.perf_counter() - start
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.times[stage] += seconds
+
+    @property
+    def wall_time(self) -> float:
+        return time.perf_counter() - self.start
+
+    def record_episodes(self, episode_return: np.ndarray, finished: np.ndarray, steps: int) -> None:
+        """Add the returns of episodes that finished in a rollout (``[T, B]`` arrays, ``finished`` bool)."""
+        self.env_steps += steps
+        # Time-major order: earlier steps first, so the deque keeps the most recent episodes.
+        done_returns = np.asarray(episode_return)[np.asarray(finished)]
+        self.returns.extend(done_returns.tolist())
+        self.episodes += int(done_returns.size)
+
+    @property
+    def return_mean(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def log(self, update: int, metrics: dict) -> None:
+        """Write one row to metrics.csv and TensorBoard, and refresh the progress bar."""
+        wall = self.wall_time
+        row = {"update": update, "env_steps": self.env_steps, "wall_time_s": wall,
+               "steps_per_s": self.env_steps / max(wall, 1e-9), "return_mean": self.return_mean,
+               "episodes": self.episodes}
+        row.update({f"time_{k}_s": v for k, v in self.times.items()})
+        row.update({k: float(v) for k, v in metrics.items()})
+        if self._csv is None:
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
+            self._csv.writeheader()
+        self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
+        self._csv_file.flush()
+        for k, v in row.items():
+            if k != "update" and np.isfinite(v):
+                self._writer.add_scalar(k, v, self.env_steps)
+        self.progress()
+
+    def progress(self) -> None:
+        if self._progress is not None:
+            ret = f"{self.return_mean:.1f}" if self.returns else "-"
+            self._progress.update(self._task, completed=self.env_steps,
+                                  sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self.progress()
+            self._progress.stop()
+            self._progress = None
+        self._writer.close()
+        self._csv_file.close()
+
+    def write_summary(self, summary: dict) -> None:
+        """Write ``summary.json`` atomically."""
+        atomic_write_json(os.path.join(self.logdir, "summary.json"), summary)
+
+
+def print_summary(summary: dict) -> None:
+    """Print the end-of-run summary table (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    wall = summary["wall_time_s"]
+    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  corrector={summary['corrector']}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("share of wall", justify="right")
+
+    def share(x):
+        return f"{100 * x / wall:.0f}%" if wall > 0 else ""
+
+    table.add_row("final return (mean of last episodes)", f"{summary['final_return_mean']:.1f}", "")
+    table.add_row("episodes finished", f"{summary['episodes']:,}", "")
+    table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
+    table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")
+    table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
+    table.add_row("actor time", f"{summary['actor_time_s']:.1f} s", share(summary["actor_time_s"]))
+    table.add_row(f"  env stepping ({summary['env_time_source']})", f"{summary['env_time_s']:.1f} s", share(summary["env_time_s"]))
+    table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
+    table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
+    table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
+    table.add_row(
+        f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",
+        f"{summary['actor_policy_speedup']:.2f}x",
+        "",
+    )
+    table.add_row("KL(π_learner ‖ π_actor) / greedy agreement",
+                  f"{summary['kl_learner_actor']:.4f} / {100 * summary['action_agreement']:.1f}%", "")
+    Console().print(table)

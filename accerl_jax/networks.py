@@ -1,0 +1,155 @@
+"""Actor-critic networks (flax linen) and the student presets that distillation shrinks them to.
+
+* ``mlp``: MLP torsos (default 256, 256; ReLU) for the policy (logits) and the value,
+  for vector observations (gymnax classic control, envpool ``CartPole-v1``).
+* ``cnn``: the Nature-DQN torso (Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512)
+  for stacked Atari frames ``[4, 84, 84]`` uint8 (envpool) or MinAtar grids ``[10, 10, C]``.
+
+A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
+students (:func:`student_spec`) without special network classes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from accerl_jax.types import ApplyFn
+
+# Width multipliers of the distillation student presets (``distill:<preset>``).
+STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125}
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkSpec:
+    """What network to build.
+
+    Attributes:
+      family: ``"mlp"`` or ``"cnn"``.
+      widths: MLP hidden sizes, or for ``cnn`` the three conv channel counts then the dense size.
+      num_actions: number of discrete actions ``A``.
+      obs_shape: shape of one observation (without batch dims).
+      channels_first: ``cnn`` only; True for envpool's ``[C, H, W]`` frames.
+    """
+
+    family: str
+    widths: tuple[int, ...]
+    num_actions: int
+    obs_shape: tuple[int, ...]
+    channels_first: bool = False
+
+
+class MLPActorCritic(nn.Module):
+    """MLP policy and value. ``obs [..., D]`` -> ``(logits [..., A], value [...])``.
+
+    The policy and the value have separate torsos of the same widths (as cleanrl's and purejaxrl's
+    classic-control agents): the value regression, whose targets reach ~100 on CartPole, then does not
+    swamp the policy's features. An actor that only needs logits runs the policy torso alone (XLA
+    drops the unused value torso inside ``jit``).
+    """
+
+    widths: Sequence[int]
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs.astype(jnp.float32)
+        init = nn.initializers.orthogonal(np.sqrt(2))
+        pi, v = x, x
+        for i, w in enumerate(self.widths):
+            pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
+            v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
+        return logits, value[..., 0]
+
+
+class CNNActorCritic(nn.Module):
+    """Nature-DQN torso + heads. ``obs [..., *obs_shape]`` uint8/float -> ``(logits [..., A], value [...])``.
+
+    uint8 pixels are scaled by 1/255.
+    """
+
+    widths: Sequence[int]
+    num_actions: int
+    channels_first: bool = False
+
+    @nn.compact
+    def __call__(self, obs):
+        scale = 1.0 / 255.0 if obs.dtype == jnp.uint8 else 1.0
+        x = obs.astype(jnp.float32) * scale
+        batch_shape = x.shape[:-3]
+        x = x.reshape((-1,) + x.shape[-3:])
+        if self.channels_first:
+            x = jnp.transpose(x, (0, 2, 3, 1))
+        c1, c2, c3, d = self.widths
+        small = min(x.shape[1], x.shape[2]) < 36  # MinAtar-sized grids: no large strides
+        convs = ((c1, 3, 1), (c2, 3, 1), (c3, 3, 1)) if small else ((c1, 8, 4), (c2, 4, 2), (c3, 3, 1))
+        init = nn.initializers.orthogonal(np.sqrt(2))
+        for i, (ch, k, s) in enumerate(convs):
+            x = nn.relu(nn.Conv(ch, (k, k), (s, s), padding="VALID", kernel_init=init, name=f"conv_{i}")(x))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(d, kernel_init=init, name="dense_0")(x))
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
+        return logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
+
+
+def default_spec(obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False) -> NetworkSpec:
+    """The learner network for an observation shape: MLP(256, 256) for vectors, Nature CNN for images."""
+    if len(obs_shape) == 1:
+        return NetworkSpec("mlp", (256, 256), num_actions, tuple(obs_shape))
+    if len(obs_shape) == 3:
+        return NetworkSpec("cnn", (32, 64, 64, 512), num_actions, tuple(obs_shape), channels_first)
+    raise ValueError(f"no default network for observation shape {obs_shape}; expected rank 1 or 3")
+
+
+def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
+    """The distillation student of ``spec``: every width scaled by ``STUDENT_PRESETS[preset]``.
+
+    Raises:
+      ValueError: if ``preset`` is not a key of :data:`STUDENT_PRESETS`.
+    """
+    if preset not in STUDENT_PRESETS:
+        raise ValueError(f"unknown student preset {preset!r}; expected one of {', '.join(STUDENT_PRESETS)}")
+    m = STUDENT_PRESETS[preset]
+    return dataclasses.replace(spec, widths=tuple(max(4, int(round(w * m))) for w in spec.widths))
+
+
+def build(spec: NetworkSpec) -> nn.Module:
+    """The flax module for ``spec``.
+
+    Raises:
+      ValueError: for an unknown family.
+    """
+    if spec.family == "mlp":
+        return MLPActorCritic(spec.widths, spec.num_actions)
+    if spec.family == "cnn":
+        return CNNActorCritic(spec.widths, spec.num_actions, spec.channels_first)
+    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp' or 'cnn'")
+
+
+def init_params(spec: NetworkSpec, key: jax.Array):
+    """Initial parameters of ``build(spec)`` for one observation of ``spec.obs_shape``."""
+    dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+    # Jitted: op-by-op initialisation compiles every primitive separately, which is slow on XLA:CPU.
+    return jax.jit(build(spec).init)(key, dummy)
+
+
+def make_apply(spec: NetworkSpec) -> ApplyFn:
+    """``apply(params, obs) -> (logits, value)`` for ``build(spec)``."""
+    return build(spec).apply
+
+
+def param_count(params) -> int:
+    """Number of scalars in a parameter pytree."""
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def param_bytes(params) -> int:
+    """Bytes of a parameter pytree as stored (dtype-aware)."""
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(params)))

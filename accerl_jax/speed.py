@@ -1,0 +1,99 @@
+"""Forward-pass timing of a policy, in its fastest jitted configuration (DESIGN.md, "A fair baseline").
+
+:func:`forward_seconds` times ``K`` forward passes inside one jitted ``lax.scan`` (as the Anakin actor
+runs them), each on a different ``[B, *obs_shape]`` slice, so XLA can neither hoist nor drop them.
+:func:`policy_speedup` times the uncompressed and the compressed policy side by side, interleaved,
+each in the fastest of the XLA:CPU configurations tried, and reports the ratio.
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from accerl_jax.types import ApplyFn
+
+# XLA:CPU routes convolutions to YNNPACK by default; for fp32 convs at batch >= 32 turning that off is
+# several times faster (DESIGN.md). Both are tried for conv networks and the faster one is used.
+CPU_CONFIGS = {
+    "default": None,
+    "no_ynn_conv": {"xla_cpu_experimental_ynn_fusion_type": "-individual_convolution"},
+}
+
+
+def _scan_forward(apply: ApplyFn, compiler_options):
+    def run(params, obs_seq):
+        def body(acc, obs):
+            logits, _ = apply(params, obs)
+            return acc + jnp.sum(logits), None
+
+        return jax.lax.scan(body, jnp.zeros(()), obs_seq)[0]
+
+    return jax.jit(run, compiler_options=compiler_options)
+
+
+def forward_seconds(fn, params, obs_seq, repeats: int) -> float:
+    """Median wall seconds per forward pass of a compiled ``fn(params, obs_seq [K, B, ...])``."""
+    jax.block_until_ready(fn(params, obs_seq))  # compile + warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(params, obs_seq))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / obs_seq.shape[0]
+
+
+def candidate_configs(conv: bool) -> dict:
+    """The XLA configurations to try: both for conv networks on CPU, the default otherwise."""
+    if conv and jax.default_backend() == "cpu":
+        return CPU_CONFIGS
+    return {"default": None}
+
+
+def policy_speedup(
+    base_apply: ApplyFn,
+    base_params,
+    actor_apply: ApplyFn,
+    actor_params,
+    obs_seq: jax.Array,
+    conv: bool = False,
+    rounds: int = 3,
+    repeats: int = 5,
+) -> dict:
+    """Forward-pass speed of the compressed policy relative to the uncompressed one.
+
+    Args:
+      base_apply, base_params: the uncompressed (learner) policy.
+      actor_apply, actor_params: the compressed (actor) policy.
+      obs_seq: ``[K, B, *obs_shape]`` real observations; ``B`` is the actor's batch size.
+      conv: whether the networks have convolutions (more configurations are tried on CPU).
+      rounds: interleaved measurement rounds (median taken), to share machine noise between the two.
+
+    Returns:
+      dict with ``base_forward_s`` and ``actor_forward_s`` (seconds per forward pass of ``B``
+      observations), ``actor_policy_speedup`` (= base / actor; > 1 means the compressed policy is
+      faster), and the configuration each ran in.
+    """
+    configs = candidate_configs(conv)
+    base_fns = {n: _scan_forward(base_apply, o) for n, o in configs.items()}
+    actor_fns = {n: _scan_forward(actor_apply, o) for n, o in configs.items()}
+    base_t = {n: [] for n in configs}
+    actor_t = {n: [] for n in configs}
+    for _ in range(rounds):
+        for n in configs:
+            base_t[n].append(forward_seconds(base_fns[n], base_params, obs_seq, repeats))
+            actor_t[n].append(forward_seconds(actor_fns[n], actor_params, obs_seq, repeats))
+    base_name = min(configs, key=lambda n: np.median(base_t[n]))
+    actor_name = min(configs, key=lambda n: np.median(actor_t[n]))
+    base_s = float(np.median(base_t[base_name]))
+    actor_s = float(np.median(actor_t[actor_name]))
+    return {
+        "base_forward_s": base_s,
+        "actor_forward_s": actor_s,
+        "actor_policy_speedup": base_s / actor_s,
+        "base_config": base_name,
+        "actor_config": actor_name,
+        "forward_batch": int(obs_seq.shape[1]),
+    }
