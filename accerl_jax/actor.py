@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accerl_jax import xla
 from accerl_jax.types import ApplyFn, Rollout, Transition
 
 
@@ -61,7 +62,7 @@ class AnakinActor:
       rollout_length: ``T``, agent steps per rollout and environment.
     """
 
-    def __init__(self, env, apply: ApplyFn, rollout_length: int):
+    def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp"):
         if not env.info.jittable:
             raise ValueError(f"{env.info.name} is a host environment; use HostActor")
         self.env = env
@@ -82,7 +83,7 @@ class AnakinActor:
             return carry, _rollout_from_steps(obs, action, log_prob, tr)
 
         self._reset = jax.jit(env.reset)
-        self._rollout = jax.jit(lambda p, c: _run(p, c, False))
+        self._rollout = xla.jit(lambda p, c: _run(p, c, False), family)
         # The env-only twin returns just the carry and a checksum, so that its rollout is not materialised.
         self._env_only = jax.jit(lambda c: jax.tree.map(jnp.sum, _run(None, c, True)[0].obs))
 
@@ -113,7 +114,7 @@ class HostActor:
       rollout_length: ``T``.
     """
 
-    def __init__(self, env, apply: ApplyFn, rollout_length: int):
+    def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp"):
         self.env = env
         self.rollout_length = rollout_length
 
@@ -122,7 +123,7 @@ class HostActor:
             return (*sample_action(apply, params, obs, sub), key)
 
         # Key splitting lives inside the jitted call: one dispatch per step.
-        self._policy = jax.jit(policy)
+        self._policy = xla.jit(policy, family)
 
     def reset(self, key: jax.Array) -> ActorCarry:
         env_key, act_key = jax.random.split(key)
@@ -150,7 +151,10 @@ class HostActor:
         return ActorCarry(env_state, obs, key), rollout, {"env_time_s": env_time, "inference_time_s": inference_time}
 
 
-def make_actor(env, apply: ApplyFn, rollout_length: int):
-    """:class:`AnakinActor` for a jittable env, :class:`HostActor` otherwise."""
+def make_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp"):
+    """:class:`AnakinActor` for a jittable env, :class:`HostActor` otherwise.
+
+    ``family`` (``"mlp"``/``"cnn"``) selects the compiler options (:func:`accerl_jax.xla.options_for`).
+    """
     cls = AnakinActor if env.info.jittable else HostActor
-    return cls(env, apply, rollout_length)
+    return cls(env, apply, rollout_length, family)

@@ -7,7 +7,8 @@ Loss per valid step s (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561, s
 with (v_s, A_s) from the Corrector. Every term is a *masked* mean over valid steps taken across
 devices as ``psum(sum) / psum(count)`` (DESIGN.md), so one update on ``N`` devices equals the
 single-device update on the same batch. The batch axis ``B`` is sharded with ``jax.shard_map`` over a
-1-D mesh of all local devices; gradients are summed with ``psum``.
+1-D mesh of all local devices; the gradient of the replicated parameters is summed over devices
+by ``shard_map`` itself (its transpose of the replicated input is a ``psum``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from accerl_jax import corrector
+from accerl_jax import corrector, xla
 from accerl_jax.types import ApplyFn, Rollout
 
 AXIS = "batch"
@@ -94,7 +95,13 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
     return jnp.sum(mask), sums
 
 
-def make_update(apply: ApplyFn, optimizer: optax.GradientTransformation, cfg: LossConfig, mesh: Mesh | None = None):
+def make_update(
+    apply: ApplyFn,
+    optimizer: optax.GradientTransformation,
+    cfg: LossConfig,
+    mesh: Mesh | None = None,
+    family: str = "mlp",
+):
     """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``.
 
     Args:
@@ -102,6 +109,7 @@ def make_update(apply: ApplyFn, optimizer: optax.GradientTransformation, cfg: Lo
       optimizer: optax transformation.
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
+      family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
 
     Returns:
       ``update``: takes :class:`LearnerState` (replicated) and a :class:`Rollout` ``[T, B, ...]`` with
@@ -121,7 +129,8 @@ def make_update(apply: ApplyFn, optimizer: optax.GradientTransformation, cfg: Lo
             return loss, (count, sums)
 
         (loss, (count, sums)), grads = jax.value_and_grad(total_loss, has_aux=True)(state.params)
-        grads = jax.lax.psum(grads, AXIS)
+        # No psum of grads here: params are replicated (P()), so under shard_map's varying-axes checking
+        # (check_vma=True) their gradient already is the sum over devices; a second psum doubled it.
         sums = jax.lax.psum(sums, AXIS)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -138,7 +147,7 @@ def make_update(apply: ApplyFn, optimizer: optax.GradientTransformation, cfg: Lo
 
     batch_spec = P(None, AXIS)
     sharded = jax.shard_map(_local, mesh=mesh, in_specs=(P(), batch_spec), out_specs=(P(), P()))
-    jitted = jax.jit(sharded)
+    jitted = xla.jit(sharded, family)
 
     def update(state: LearnerState, batch: Rollout):
         b = batch.action.shape[1]

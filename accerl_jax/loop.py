@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax import learner as learner_lib
-from accerl_jax import networks, speed
+from accerl_jax import networks, speed, xla
 from accerl_jax.actor import make_actor
 from accerl_jax.compressor import make_compressor
 from accerl_jax.config import Config, validate
@@ -30,6 +30,23 @@ def default_logdir(cfg: Config) -> str:
     return os.path.join("runs", f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def check_logdir(logdir: str) -> None:
+    """Refuse a ``logdir`` that already holds a run, so that nothing saved is overwritten.
+
+    Raises:
+      ValueError: if ``logdir`` is a file, or a folder holding summary.json, metrics.csv or TensorBoard events.
+    """
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ValueError(f"bad --logdir {logdir!r}: it is a file; expected a folder (new or empty)")
+    if os.path.isdir(logdir):
+        taken = [f for f in os.listdir(logdir) if f in ("summary.json", "metrics.csv") or f.startswith("events.out")]
+        if taken:
+            raise ValueError(
+                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(sorted(taken))}); "
+                "choose a new folder or remove it"
+            )
+
+
 def train(cfg: Config) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
 
@@ -40,6 +57,8 @@ def train(cfg: Config) -> dict:
     validate(cfg)
     if cfg.corrector not in CORRECTORS:
         raise ValueError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
+    logdir = cfg.logdir or default_logdir(cfg)
+    check_logdir(logdir)
     wall_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)
@@ -55,7 +74,6 @@ def train(cfg: Config) -> dict:
     )
     steps_per_update = info.num_envs * cfg.rollout_length
     num_updates = max(1, cfg.total_steps // steps_per_update)
-    logdir = cfg.logdir or default_logdir(cfg)
 
     k_net, k_comp, k_actor = jax.random.split(key, 3)
     params = networks.init_params(spec, k_net)
@@ -66,11 +84,11 @@ def train(cfg: Config) -> dict:
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
     )
-    update = learner_lib.make_update(learner_apply, optimizer, loss_cfg)
+    update = learner_lib.make_update(learner_apply, optimizer, loss_cfg, family=spec.family)
     actor_apply = compressor.actor_apply(learner_apply)
-    actor = make_actor(env, actor_apply, cfg.rollout_length)
-    learner_logits = jax.jit(lambda p, o: learner_apply(p, o)[0])
-    actor_logits = jax.jit(lambda p, o: actor_apply(p, o)[0])
+    actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
+    learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
+    actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
 
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress)
     env_calibration = []  # seconds of one env-only rollout (Anakin actors)
@@ -108,7 +126,7 @@ def train(cfg: Config) -> dict:
 
         obs_seq = rollout.obs[: min(SPEED_FORWARDS, cfg.rollout_length)]
         speed_report = speed.policy_speedup(
-            learner_apply, state.params, actor_apply, actor_params, obs_seq, conv=spec.family == "cnn"
+            learner_apply, state.params, actor_apply, actor_params, obs_seq, family=spec.family
         )
     finally:
         monitor.close()
@@ -138,7 +156,7 @@ def train(cfg: Config) -> dict:
         "inference_time_s": times["inference"],
         "learner_time_s": times["learner"],
         "compress_time_s": times["compress"],
-        "final_return_mean": monitor.return_mean,
+        "final_return_mean": monitor.return_mean if monitor.returns else None,
         "return_window": cfg.return_window,
         "episodes": monitor.episodes,
         "steps_per_s": monitor.env_steps / wall,
@@ -150,6 +168,7 @@ def train(cfg: Config) -> dict:
         "action_agreement": float(final["action_agreement"]),
         "devices": n_dev,
         "backend": jax.default_backend(),
+        "logdir": logdir,
         "config": dataclasses.asdict(cfg),
         **speed_report,
     }

@@ -156,7 +156,12 @@ def print_summary(summary: dict) -> None:
     def share(x):
         return f"{100 * x / wall:.0f}%" if wall > 0 else ""
 
-    table.add_row("final return (mean of last episodes)", f"{summary['final_return_mean']:.1f}", "")
+    ret = summary["final_return_mean"]
+    table.add_row(
+        f"final return (mean of last {summary['return_window']} episodes)",
+        "no episode finished" if ret is None else f"{ret:.1f}",
+        "",
+    )
     table.add_row("episodes finished", f"{summary['episodes']:,}", "")
     table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
     table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")

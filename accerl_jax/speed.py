@@ -13,15 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accerl_jax import xla
 from accerl_jax.types import ApplyFn
-
-# XLA:CPU routes convolutions to YNNPACK by default; for fp32 convs at batch >= 32 turning that off is
-# several times faster (DESIGN.md). Both are tried for conv networks and the faster one is used.
-CPU_CONFIGS = {
-    "default": None,
-    "no_ynn_conv": {"xla_cpu_experimental_ynn_fusion_type": "-individual_convolution"},
-}
-
 
 def _scan_forward(apply: ApplyFn, compiler_options):
     def run(params, obs_seq):
@@ -45,20 +38,13 @@ def forward_seconds(fn, params, obs_seq, repeats: int) -> float:
     return float(np.median(times)) / obs_seq.shape[0]
 
 
-def candidate_configs(conv: bool) -> dict:
-    """The XLA configurations to try: both for conv networks on CPU, the default otherwise."""
-    if conv and jax.default_backend() == "cpu":
-        return CPU_CONFIGS
-    return {"default": None}
-
-
 def policy_speedup(
     base_apply: ApplyFn,
     base_params,
     actor_apply: ApplyFn,
     actor_params,
     obs_seq: jax.Array,
-    conv: bool = False,
+    family: str = "mlp",
     rounds: int = 3,
     repeats: int = 5,
 ) -> dict:
@@ -68,7 +54,8 @@ def policy_speedup(
       base_apply, base_params: the uncompressed (learner) policy.
       actor_apply, actor_params: the compressed (actor) policy.
       obs_seq: ``[K, B, *obs_shape]`` real observations; ``B`` is the actor's batch size.
-      conv: whether the networks have convolutions (more configurations are tried on CPU).
+      family: network family; conv networks on CPU are timed in every configuration of
+        :func:`accerl_jax.xla.candidate_configs` and the fastest is kept for each policy.
       rounds: interleaved measurement rounds (median taken), to share machine noise between the two.
 
     Returns:
@@ -76,7 +63,7 @@ def policy_speedup(
       observations), ``actor_policy_speedup`` (= base / actor; > 1 means the compressed policy is
       faster), and the configuration each ran in.
     """
-    configs = candidate_configs(conv)
+    configs = xla.candidate_configs(family)
     base_fns = {n: _scan_forward(base_apply, o) for n, o in configs.items()}
     actor_fns = {n: _scan_forward(actor_apply, o) for n, o in configs.items()}
     base_t = {n: [] for n in configs}

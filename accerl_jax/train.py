@@ -12,7 +12,7 @@ from accerl_jax.config import Config
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = tyro.cli(Config, args=argv)
+    cfg = tyro.cli(Config, args=argv, prog="python -m accerl_jax.train")
     from accerl_jax.loop import train  # heavy imports after --help has been served
     from accerl_jax.monitor import print_summary
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print_summary(summary)
-    print(f"outputs: {summary['config']['logdir'] or ''}".rstrip() or "", end="")
+    print(f"outputs (summary.json, metrics.csv, TensorBoard events): {summary['logdir']}")
     return 0
 
 

@@ -24,7 +24,15 @@ def _parse_number(kind: str, arg: str, cast):
     try:
         return cast(arg)
     except ValueError:
-        raise ValueError(f"bad --compressor argument {kind}:{arg!r}; {_EXPECTED}") from None
+        raise ValueError(f"bad --compressor part {kind}:{arg}: {arg!r} is not a number; {_EXPECTED}") from None
+
+
+def _stage(spec: str, factory, *args, **kwargs) -> Compressor:
+    """Call a compressor factory, prefixing its ValueError with the ``--compressor`` string."""
+    try:
+        return factory(*args, **kwargs)
+    except ValueError as err:
+        raise ValueError(f"bad --compressor {spec!r}: {err}") from None
 
 
 def make_compressor(
@@ -59,9 +67,9 @@ def make_compressor(
         if kind == "none" or not sep or not arg:
             raise ValueError(f"bad --compressor {spec!r} at {part!r}; {_EXPECTED}")
         if kind == "mask":
-            stages.append((kind, mask(_parse_number(kind, arg, float))))
+            stages.append((kind, _stage(spec, mask, _parse_number(kind, arg, float))))
         elif kind == "fakequant":
-            stages.append((kind, fakequant(_parse_number(kind, arg, int))))
+            stages.append((kind, _stage(spec, fakequant, _parse_number(kind, arg, int))))
         elif kind == "distill":
             if i != 0:
                 raise ValueError(
@@ -72,11 +80,14 @@ def make_compressor(
                 raise ValueError(f"bad --compressor {spec!r}: unknown student {arg!r}; {_EXPECTED}")
             student = networks.student_spec(network, arg)
             stages.append(
-                (kind, distill(teacher_apply, student, steps=distill_steps, learning_rate=distill_learning_rate))
+                (kind, _stage(spec, distill, teacher_apply, student, steps=distill_steps, learning_rate=distill_learning_rate))
             )
         else:
             raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r}; {_EXPECTED}")
-    return chain(*stages)
+    try:
+        return chain(*stages)
+    except ValueError as err:
+        raise ValueError(f"bad --compressor {spec!r}: {err}") from None
 
 
 __all__ = [

@@ -11,13 +11,14 @@ Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from accerl_jax import networks
+from accerl_jax import networks, xla
 from accerl_jax.compressor.base import Compressor
 from accerl_jax.types import ApplyFn
 
@@ -72,7 +73,7 @@ def distill(
     student_apply = networks.make_apply(student)
     optimizer = optax.adam(learning_rate)
 
-    @jax.jit
+    @functools.partial(xla.jit, family=student.family)
     def _step(state: DistillState, obs, t_logits, t_value):
         def loss_fn(p):
             s_logits, s_value = student_apply(p, obs)
@@ -88,7 +89,7 @@ def distill(
         t_logits, t_value = teacher_apply(params, obs)
         return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value), state)
 
-    teacher = jax.jit(teacher_apply)
+    teacher = xla.jit(teacher_apply, student.family)
     # Gradient steps of a conv net inside one XLA:CPU loop run ~20x slower than separate calls
     # (DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
     fuse = student.family == "mlp"

@@ -1,0 +1,31 @@
+"""XLA configuration per network family and backend: the fastest known compiler options.
+
+On XLA:CPU, convolutions routed to YNNPACK are several times slower in fp32 than XLA's own
+convolutions (DESIGN.md, "A fair baseline"; measured here with jax 0.10.2: Nature-CNN gradient on
+256 frames 0.81 s vs 1.24 s, student forward 1.4 ms vs 2.0 ms). :func:`jit` applies the faster
+setting to conv networks on CPU; the policy-speed benchmark still tries every configuration.
+"""
+from __future__ import annotations
+
+import jax
+
+# An empty list of YNN fusion types: no YNNPACK fusions (the flag's documented overwrite mode).
+NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
+CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
+
+
+def options_for(family: str):
+    """Compiler options for a network ``family`` (``"mlp"``/``"cnn"``) on the default backend, or None."""
+    return NO_YNN if family == "cnn" and jax.default_backend() == "cpu" else None
+
+
+def jit(fn, family: str, **kwargs):
+    """``jax.jit(fn, **kwargs)`` with :func:`options_for` ``(family)`` as compiler options."""
+    return jax.jit(fn, compiler_options=options_for(family), **kwargs)
+
+
+def candidate_configs(family: str) -> dict:
+    """Configurations a fair benchmark tries: both on CPU for conv networks, the default otherwise."""
+    if family == "cnn" and jax.default_backend() == "cpu":
+        return CPU_CONFIGS
+    return {"default": None}

@@ -1,0 +1,145 @@
+"""Smoke tests of the real entry point (``python -m accerl_jax.train``) and of ``loop.train``.
+
+Tiny budgets; the full default job (solving CartPole) is the ``slow``-marked test at the end.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from accerl_jax.config import Config
+from accerl_jax.loop import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REQUIRED_KEYS = {
+    "env", "compressor", "corrector", "seed", "total_env_steps", "wall_time_s", "actor_time_s",
+    "env_time_s", "inference_time_s", "learner_time_s", "compress_time_s", "final_return_mean",
+    "episodes", "steps_per_s", "actor_policy_speedup",
+}
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "accerl_jax.train", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def check_outputs(logdir: str, expected_steps: int) -> dict:
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert REQUIRED_KEYS <= set(summary), REQUIRED_KEYS - set(summary)
+    assert summary["total_env_steps"] == expected_steps
+    for key in ("wall_time_s", "actor_time_s", "learner_time_s", "compress_time_s", "steps_per_s"):
+        assert summary[key] > 0, key
+    assert 0 <= summary["env_time_s"] <= summary["actor_time_s"]
+    assert summary["inference_time_s"] >= 0
+    assert summary["actor_time_s"] + summary["learner_time_s"] + summary["compress_time_s"] <= summary["wall_time_s"]
+    assert summary["actor_policy_speedup"] > 0
+    with open(os.path.join(logdir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert rows and int(rows[-1]["env_steps"]) == expected_steps
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(logdir))
+    return summary
+
+
+def test_cli_gymnax_smoke(tmp_path):
+    logdir = str(tmp_path / "run")
+    proc = run_cli("--total-steps", "1024", "--num-envs", "8", "--rollout-length", "8",
+                   "--log-every", "4", "--logdir", logdir, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_outputs(logdir, 1024)
+    assert summary["env"] == "gymnax:CartPole-v1" and summary["compressor"] == "distill:small"
+    assert summary["actor_params"] < summary["learner_params"]
+    assert summary["episodes"] > 0 and summary["final_return_mean"] > 0
+    assert "actor policy forward speed" in proc.stdout
+
+
+def test_cli_envpool_smoke(tmp_path):
+    logdir = str(tmp_path / "run")
+    proc = run_cli("--env", "envpool:CartPole-v1", "--total-steps", "512", "--num-envs", "4",
+                   "--rollout-length", "16", "--compressor", "mask:0.5", "--logdir", logdir, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_outputs(logdir, 512)
+    assert summary["env_time_source"] == "measured"
+    assert summary["episodes"] > 0
+
+
+def test_cli_envpool_atari_smoke(tmp_path):
+    logdir = str(tmp_path / "run")
+    proc = run_cli("--env", "envpool:Pong-v5", "--total-steps", "32", "--num-envs", "2",
+                   "--rollout-length", "8", "--compressor", "distill:tiny", "--distill-steps", "1",
+                   "--logdir", logdir, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_outputs(logdir, 32)
+    assert summary["learner_network"]["family"] == "cnn"
+    assert summary["final_return_mean"] is None  # no Pong episode ends in 16 steps
+
+
+@pytest.mark.parametrize("compressor", ["none", "fakequant:8", "distill:small+fakequant:8"])
+def test_train_compressors_and_no_correction(tmp_path, compressor):
+    cfg = Config(total_steps=512, num_envs=8, rollout_length=8, compressor=compressor, corrector="none",
+                 logdir=str(tmp_path / "run"), progress=False)
+    summary = train(cfg)
+    check_outputs(cfg.logdir, 512)
+    assert summary["compressor"] == compressor and summary["corrector"] == "none"
+    assert np.isfinite(summary["kl_learner_actor"])
+    if compressor == "none":
+        assert summary["kl_learner_actor"] == pytest.approx(0.0, abs=1e-6)
+        assert summary["action_agreement"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "CartPole-v1"], "bad --env 'CartPole-v1'"),
+        (["--env", "gymnax:NoSuchEnv"], "unknown gymnax environment 'NoSuchEnv'"),
+        (["--compressor", "mask:1.5"], "bad --compressor 'mask:1.5'"),
+        (["--compressor", "zip:3"], "unknown kind 'zip'"),
+        (["--corrector", "retrace2"], "bad --corrector 'retrace2'"),
+        (["--num-envs", "0"], "bad --num-envs 0"),
+        (["--discount", "1.5"], "bad --discount 1.5"),
+    ],
+)
+def test_cli_bad_input_exits_2_without_traceback(tmp_path, args, message):
+    logdir = tmp_path / "run"
+    proc = run_cli(*args, "--total-steps", "64", "--logdir", str(logdir), "--no-progress")
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not logdir.exists()  # nothing written for a rejected run
+
+
+def test_cli_refuses_to_overwrite_a_run(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "summary.json").write_text('{"keep": true}')
+    proc = run_cli("--total-steps", "64", "--logdir", str(logdir), "--no-progress")
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+    assert (logdir / "summary.json").read_text() == '{"keep": true}'
+    assert sorted(os.listdir(logdir)) == ["summary.json"]
+
+
+def test_cli_help_lists_flags():
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for flag in ("--env", "--compressor", "--corrector", "--total-steps", "--num-envs", "--seed", "--logdir"):
+        assert flag in proc.stdout
+
+
+@pytest.mark.slow
+def test_default_job_solves_cartpole(tmp_path):
+    logdir = str(tmp_path / "run")
+    proc = run_cli("--logdir", logdir, "--no-progress", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["final_return_mean"] >= 475.0, summary
+    assert summary["actor_policy_speedup"] > 1.0, summary
