@@ -13,6 +13,7 @@ from accerl_jax.compressor import (
     FakeQuantState,
     MaskState,
     distillation_loss,
+    magnitude_mask,
     make_compressor,
 )
 
@@ -218,6 +219,17 @@ def test_mask_fidelity(kind, sparsity):
     new_params = jax.tree.map(lambda x: x + 0.05 * jnp.sign(x), net.params)
     actor_params2, state2 = c.compress(new_params, state, net.obs)
     _check_mask(new_params, actor_params2, state2["mask"].masks, sparsity)
+
+
+@pytest.mark.xfail(
+    reason="magnitude_mask keeps every weight tied with the k-th largest |w| (threshold test |w| >= t), so "
+    "tied magnitudes (e.g. already-quantized or already-zero weights) are pruned less than asked",
+    strict=False,
+)
+def test_magnitude_mask_with_ties_keeps_exactly_k():
+    w = jnp.ones((4, 4), jnp.float32)
+    m = magnitude_mask(w, 0.5)
+    assert int(m.sum()) == 8
 
 
 def test_mask_then_fakequant_keeps_zeros():
