@@ -221,15 +221,13 @@ def test_mask_fidelity(kind, sparsity):
     _check_mask(new_params, actor_params2, state2["mask"].masks, sparsity)
 
 
-@pytest.mark.xfail(
-    reason="magnitude_mask keeps every weight tied with the k-th largest |w| (threshold test |w| >= t), so "
-    "tied magnitudes (e.g. already-quantized or already-zero weights) are pruned less than asked",
-    strict=False,
-)
 def test_magnitude_mask_with_ties_keeps_exactly_k():
     w = jnp.ones((4, 4), jnp.float32)
     m = magnitude_mask(w, 0.5)
     assert int(m.sum()) == 8
+    # Already-zero weights beyond the target sparsity: still exactly k kept, and reported sparsity honest.
+    w = jnp.concatenate([jnp.zeros((12,)), jnp.arange(1.0, 5.0)]).reshape(4, 4)
+    assert int(magnitude_mask(w, 0.5).sum()) == 8
 
 
 def test_mask_then_fakequant_keeps_zeros():

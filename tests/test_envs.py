@@ -287,10 +287,10 @@ def test_envpool_truncation_at_time_limit(monkeypatch):
 
 
 @pytest.mark.xfail(
-    reason="envpool reports a true termination that coincides with the time limit as truncated=True, "
-    "terminated=False, so the adapter bootstraps from a terminal state (gymnax reports both; see "
-    "test_gymnax_termination_at_time_limit_is_termination)",
-    strict=False,
+    reason="known envpool limitation for classic control: a true termination on the last allowed step is "
+    "reported as truncated=True, terminated=False and nothing in info recovers it (Atari's info['terminated'] "
+    "does, and the adapter uses it); gymnax gets it right, see test_gymnax_termination_at_time_limit_is_termination",
+    strict=True,
 )
 def test_envpool_termination_at_time_limit_is_termination(monkeypatch):
     b, t = 2, 20

@@ -23,12 +23,16 @@ class MaskState(NamedTuple):
 
 
 def magnitude_mask(w: jax.Array, sparsity: float) -> jax.Array:
-    """float32 mask of ``w``'s shape keeping the ``round((1-sparsity) * w.size)`` largest ``|w|``."""
+    """float32 mask of ``w``'s shape keeping exactly the ``round((1-sparsity) * w.size)`` largest ``|w|``.
+
+    Ties at the cut-off are broken by position (``lax.top_k``), so the kept count is exact even when
+    many weights share a magnitude (e.g. after quantization, or already-zero weights).
+    """
     k = int(round((1.0 - sparsity) * w.size))
-    if k <= 0:
-        return jnp.zeros(w.shape, jnp.float32)
-    threshold = jax.lax.top_k(jnp.abs(w).reshape(-1), k)[0][-1]
-    return (jnp.abs(w) >= threshold).astype(jnp.float32)
+    flat = jnp.zeros((w.size,), jnp.float32)
+    if k > 0:
+        flat = flat.at[jax.lax.top_k(jnp.abs(w).reshape(-1), k)[1]].set(1.0)
+    return flat.reshape(w.shape)
 
 
 def mask(sparsity: float) -> Compressor:

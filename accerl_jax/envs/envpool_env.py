@@ -5,6 +5,11 @@ returns the first observation of the new episode with reward 0. That transition 
 transition; this adapter marks it ``valid = False`` so it gets zero weight in every loss
 (DESIGN.md, "Conventions"). At the step that ends an episode envpool returns the true final
 observation, so ``next_obs`` is simply the returned observation.
+
+Known limitation: envpool reports an episode that terminates on its last allowed step as truncated. For
+Atari the adapter recovers the termination from ``info["terminated"]``; for classic control (e.g.
+``CartPole-v1``, a fall exactly at step 500) envpool exposes nothing to recover it from, so that one
+step bootstraps when it should not.
 """
 from __future__ import annotations
 
@@ -68,7 +73,11 @@ class EnvpoolEnv:
 
     def step(self, state: EnvpoolState, action) -> tuple[EnvpoolState, Transition]:
         """Step with ``action [B]`` int; returns numpy :class:`Transition` fields ``[B, ...]``."""
-        obs, reward, terminated, truncated, _ = self._env.step(np.asarray(action, dtype=np.int32))
+        obs, reward, terminated, truncated, info = self._env.step(np.asarray(action, dtype=np.int32))
+        if "terminated" in info:
+            # Atari reports game over in info even when the time limit cut the same step (then envpool's
+            # own flags say truncated only); a true termination must not bootstrap.
+            terminated = terminated | info["terminated"].astype(bool)
         obs = self._cast(obs)
         reward = reward.astype(np.float32)
         valid = ~state.needs_reset
