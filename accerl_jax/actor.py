@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,11 +26,10 @@ from accerl_jax.types import ApplyFn, Rollout, Transition
 
 
 def sample_action(apply: ApplyFn, params, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Sample ``a ~ softmax(logits)``; returns ``(action [B] int32, log_prob [B] float32)``."""
+    """Sample ``a ~ softmax(logits)`` (distrax); returns ``(action [B] int32, log_prob [B] float32)``."""
     logits, _ = apply(params, obs)
-    action = jax.random.categorical(key, logits).astype(jnp.int32)
-    log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
-    return action, log_prob
+    action, log_prob = distrax.Categorical(logits=logits).sample_and_log_prob(seed=key)
+    return action.astype(jnp.int32), log_prob
 
 
 def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,8 +67,8 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
     logits, v_tm1 = apply(params, batch.obs)
     _, v_t = apply(params, batch.next_obs)
     v_t = jax.lax.stop_gradient(v_t)
-    log_pi_all = jax.nn.log_softmax(logits)
-    log_pi = jnp.take_along_axis(log_pi_all, batch.action[..., None], axis=-1)[..., 0]
+    pi = distrax.Categorical(logits=logits)
+    log_pi = pi.log_prob(batch.action)
     mask = batch.valid.astype(jnp.float32)
     discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
     done_t = jnp.logical_or(batch.terminated, batch.truncated)
@@ -84,7 +85,7 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
         clip_rho_threshold=cfg.clip_rho_threshold,
         clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
     )
-    entropy = -jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1)
+    entropy = pi.entropy()
     sums = {
         "pg": jnp.sum(mask * -targets.pg_advantage * log_pi),
         "value": jnp.sum(mask * 0.5 * (targets.vs - v_tm1) ** 2),

@@ -172,6 +172,7 @@ def train(cfg: Config) -> dict:
         "config": dataclasses.asdict(cfg),
         **speed_report,
     }
+    monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
     return summary
 

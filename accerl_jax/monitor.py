@@ -1,7 +1,8 @@
 """Monitor: per-stage timing, returns, actor-vs-learner divergence, logs, progress and the summary.
 
 Writes into ``logdir``: ``metrics.csv`` (one row per logged update), TensorBoard event files
-(tensorboardX), and ``summary.json`` at the end (written to a temporary file and renamed, so a crash
+(tensorboardX), ``curves.png`` (return, stage times and learner-actor divergence against env steps;
+matplotlib) and ``summary.json`` at the end (written to a temporary file and renamed, so a crash
 never leaves a half-written summary). Shows a rich progress bar and a final summary table.
 """
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Monitor:
         self._writer = SummaryWriter(logdir)
         self._csv_file = open(os.path.join(logdir, "metrics.csv"), "w", newline="")
         self._csv = None
+        self.rows: list[dict] = []
         self._progress = None
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -117,6 +119,7 @@ class Monitor:
             self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
             self._csv.writeheader()
         self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
+        self.rows.append(row)
         self._csv_file.flush()
         for k, v in row.items():
             if k != "update" and np.isfinite(v):
@@ -136,6 +139,34 @@ class Monitor:
             self._progress = None
         self._writer.close()
         self._csv_file.close()
+
+    def plot(self, title: str) -> str | None:
+        """Write ``curves.png`` from the logged rows; returns its path (None if nothing was logged)."""
+        if not self.rows:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps = [r["env_steps"] for r in self.rows]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        axes[0].plot(steps, [r["return_mean"] for r in self.rows])
+        axes[0].set(title="episode return (recent mean)", xlabel="env steps")
+        for stage in ("actor", "learner", "compress"):
+            axes[1].plot(steps, [r[f"time_{stage}_s"] for r in self.rows], label=stage)
+        axes[1].set(title="cumulative stage time (s)", xlabel="env steps")
+        axes[1].legend()
+        if "kl_learner_actor" in self.rows[0]:
+            axes[2].plot(steps, [r["kl_learner_actor"] for r in self.rows])
+            axes[2].set_yscale("symlog", linthresh=1e-6)
+        axes[2].set(title="KL(π_learner ‖ π_actor)", xlabel="env steps")
+        fig.suptitle(title)
+        fig.tight_layout()
+        path = os.path.join(self.logdir, "curves.png")
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        return path
 
     def write_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""

@@ -47,6 +47,7 @@ def check_outputs(logdir: str, expected_steps: int) -> dict:
         rows = list(csv.DictReader(f))
     assert rows and int(rows[-1]["env_steps"]) == expected_steps
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(logdir))
+    assert os.path.getsize(os.path.join(logdir, "curves.png")) > 0
     return summary
 
 
