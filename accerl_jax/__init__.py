@@ -1,6 +1,6 @@
 """accerl_jax: AcceRL (arXiv 2211.15023) in JAX.
 
-Components (DESIGN.md): Actor (:mod:`accerl_jax.actor`), Compressor (:mod:`accerl_jax.compressor`),
+Components (docs/DESIGN.md): Actor (:mod:`accerl_jax.actor`), Compressor (:mod:`accerl_jax.compressor`),
 Corrector (:mod:`accerl_jax.corrector`), Learner (:mod:`accerl_jax.learner`), Monitor
 (:mod:`accerl_jax.monitor`); the loop that wires them is :mod:`accerl_jax.loop`, the CLI
 :mod:`accerl_jax.train`.

@@ -5,7 +5,7 @@ Two ways to run, one output (:class:`accerl_jax.types.Rollout`, ``[T, B, ...]``)
 * :class:`AnakinActor` -- jittable (gymnax) environments: env stepping and policy inference fused in
   one jitted ``lax.scan`` of ``T`` steps (Podracer's Anakin, arXiv 2104.06272). The split of its time
   into env stepping and inference is *calibrated*: :meth:`AnakinActor.time_env_only` times the same scan
-  with uniform-random actions (no policy), which is also the actor's ceiling (DESIGN.md).
+  with uniform-random actions (no policy), which is also the actor's ceiling (docs/DESIGN.md).
 * :class:`HostActor` -- host (envpool) environments: a jitted policy call and a host ``step`` per time
   step; both parts are timed directly.
 
@@ -28,8 +28,10 @@ from accerl_jax.types import ApplyFn, Rollout, Transition
 def sample_action(apply: ApplyFn, params, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Sample ``a ~ softmax(logits)`` (distrax); returns ``(action [B] int32, log_prob [B] float32)``."""
     logits, _ = apply(params, obs)
-    action, log_prob = distrax.Categorical(logits=logits).sample_and_log_prob(seed=key)
-    return action.astype(jnp.int32), log_prob
+    pi = distrax.Categorical(logits=logits)
+    # sample + log_prob, not sample_and_log_prob: the latter relies on rank promotion, which our tests forbid.
+    action = pi.sample(seed=key)
+    return action.astype(jnp.int32), pi.log_prob(action)
 
 
 def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:

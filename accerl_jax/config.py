@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
+
+
+class ConfigError(ValueError):
+    """A setting the user chose is not accepted; the message names it and what would be. CLI exit code 2."""
 
 
 @dataclasses.dataclass
@@ -18,7 +23,8 @@ class Config:
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA) or 'none' (no correction, ρ = 1)."""
     total_steps: int = 800_000
-    """Training budget in agent steps, summed over all environments."""
+    """Training budget in agent steps, summed over all environments; rounded down to whole rollouts
+    (num-envs × rollout-length steps each), at least one."""
     num_envs: int = 16
     """Environments stepped together (B); a multiple of the number of learner devices."""
     rollout_length: int = 16
@@ -55,9 +61,24 @@ class Config:
     """Show the progress bar."""
 
 
+def flag(name: str) -> str:
+    """The CLI flag of a Config field, as tyro spells it (``lambda_`` -> ``--lambda_``)."""
+    stem = name.rstrip("_")
+    return "--" + stem.replace("_", "-") + name[len(stem):]
+
+
 def validate(cfg: Config) -> None:
-    """Check the numeric fields; raise ValueError naming the bad value and what is accepted."""
+    """Check the numeric fields.
+
+    Raises:
+      ConfigError: naming the bad flag and value and what is accepted (finite numbers only).
+    """
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"bad {flag(field.name)} {value!r}; expected a finite number")
     checks = [
+        ("seed", 0 <= cfg.seed < 2**31, "an integer in [0, 2^31)"),
         ("total_steps", cfg.total_steps > 0, "a positive integer"),
         ("num_envs", cfg.num_envs > 0, "a positive integer"),
         ("rollout_length", cfg.rollout_length > 0, "a positive integer"),
@@ -76,5 +97,4 @@ def validate(cfg: Config) -> None:
     ]
     for name, ok, expected in checks:
         if not ok:
-            flag = "--" + name.rstrip("_").replace("_", "-")
-            raise ValueError(f"bad {flag} {getattr(cfg, name)!r}; expected {expected}")
+            raise ConfigError(f"bad {flag(name)} {getattr(cfg, name)!r}; expected {expected}")

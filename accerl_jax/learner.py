@@ -5,7 +5,7 @@ Loss per valid step s (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561, s
     -A_s log π(a_s|x_s)  +  c_v · ½ (v_s - V(x_s))²  -  c_H · H(π(·|x_s))
 
 with (v_s, A_s) from the Corrector. Every term is a *masked* mean over valid steps taken across
-devices as ``psum(sum) / psum(count)`` (DESIGN.md), so one update on ``N`` devices equals the
+devices as ``psum(sum) / psum(count)`` (docs/DESIGN.md), so one update on ``N`` devices equals the
 single-device update on the same batch. The batch axis ``B`` is sharded with ``jax.shard_map`` over a
 1-D mesh of all local devices; the gradient of the replicated parameters is summed over devices
 by ``shard_map`` itself (its transpose of the replicated input is a ``psum``).

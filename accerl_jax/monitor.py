@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 STAGES = ("actor", "env", "inference", "learner", "compress")
+RUN_FILES = ("summary.json", "metrics.csv", "curves.png")  # with TensorBoard's events.out.*: a run's outputs
 
 
 @jax.jit
@@ -33,11 +34,22 @@ def policy_divergence(learner_logits: jax.Array, actor_logits: jax.Array) -> dic
     return {"kl_learner_actor": kl, "action_agreement": agree}
 
 
+def _finite_or_none(x):
+    """Replace non-finite floats (anywhere in nested dicts/lists) by None: strict JSON has no NaN."""
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_or_none(v) for v in x]
+    return x
+
+
 def atomic_write_json(path: str, payload: dict) -> None:
-    """Write ``payload`` as JSON to ``path`` via a temporary file and ``os.replace``."""
+    """Write ``payload`` as strict JSON (NaN/inf as null) to ``path`` via a temporary file and ``os.replace``."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
+        json.dump(_finite_or_none(payload), f, indent=2, sort_keys=True, allow_nan=False)
     os.replace(tmp, path)
 
 
@@ -63,6 +75,7 @@ class Monitor:
         self.env_steps = 0
         self.start = time.perf_counter()
         self._writer = SummaryWriter(logdir)
+        # metrics.csv was created (claimed) by the loop before the Monitor starts; opened for writing here.
         self._csv_file = open(os.path.join(logdir, "metrics.csv"), "w", newline="")
         self._csv = None
         self.rows: list[dict] = []
@@ -71,14 +84,14 @@ class Monitor:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
-                TextColumn("[bold]train"),
+                TextColumn("[bold]{task.fields[phase]}"),
                 BarColumn(),
                 TextColumn("{task.completed:>9,}/{task.total:,} steps"),
                 TextColumn("{task.fields[sps]:>8,.0f} steps/s"),
                 TextColumn("return {task.fields[ret]}"),
                 TimeElapsedColumn(),
             )
-            self._task = self._progress.add_task("train", total=total_steps, sps=0.0, ret="-")
+            self._task = self._progress.add_task("train", total=total_steps, sps=0.0, ret="-", phase="compiling")
             self._progress.start()
 
     @contextlib.contextmanager
@@ -90,6 +103,11 @@ class Monitor:
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.times[stage] += seconds
+
+    def set_env_time(self, env_seconds: float) -> None:
+        """Split the actor time of a fused actor: ``env_seconds`` to env stepping, the rest to inference."""
+        self.times["env"] = env_seconds
+        self.times["inference"] = self.times["actor"] - env_seconds
 
     @property
     def wall_time(self) -> float:
@@ -129,7 +147,7 @@ class Monitor:
     def progress(self) -> None:
         if self._progress is not None:
             ret = f"{self.return_mean:.1f}" if self.returns else "-"
-            self._progress.update(self._task, completed=self.env_steps,
+            self._progress.update(self._task, completed=self.env_steps, phase="train",
                                   sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
 
     def close(self) -> None:
@@ -188,8 +206,10 @@ def print_summary(summary: dict) -> None:
         return f"{100 * x / wall:.0f}%" if wall > 0 else ""
 
     ret = summary["final_return_mean"]
+    if summary.get("stopped"):
+        table.add_row("[bold red]stopped early", summary["stopped"], "")
     table.add_row(
-        f"final return (mean of last {summary['return_window']} episodes)",
+        f"final return (mean of last {summary['returns_averaged']} episodes)",
         "no episode finished" if ret is None else f"{ret:.1f}",
         "",
     )
@@ -207,6 +227,10 @@ def print_summary(summary: dict) -> None:
         f"{summary['actor_policy_speedup']:.2f}x",
         "",
     )
-    table.add_row("KL(π_learner ‖ π_actor) / greedy agreement",
-                  f"{summary['kl_learner_actor']:.4f} / {100 * summary['action_agreement']:.1f}%", "")
+    kl, agree = summary["kl_learner_actor"], summary["action_agreement"]
+    table.add_row(
+        "KL(π_learner ‖ π_actor) / greedy agreement",
+        "n/a" if kl is None or agree is None or not np.isfinite(kl) else f"{kl:.4f} / {100 * agree:.1f}%",
+        "",
+    )
     Console().print(table)

@@ -1,4 +1,4 @@
-"""Forward-pass timing of a policy, in its fastest jitted configuration (DESIGN.md, "A fair baseline").
+"""Forward-pass timing of a policy, in its fastest jitted configuration (docs/DESIGN.md, "A fair baseline").
 
 :func:`forward_seconds` times ``K`` forward passes inside one jitted ``lax.scan`` (as the Anakin actor
 runs them), each on a different ``[B, *obs_shape]`` slice, so XLA can neither hoist nor drop them.

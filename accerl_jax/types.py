@@ -1,6 +1,6 @@
 """Shared data types of accerl_jax: the rollout the Actor produces and the Learner consumes.
 
-Everything is time-major, ``[T, B, ...]`` (DESIGN.md, "Conventions"). This module imports nothing
+Everything is time-major, ``[T, B, ...]`` (docs/DESIGN.md, "Conventions"). This module imports nothing
 from the package, so every other module may import it.
 """
 from __future__ import annotations

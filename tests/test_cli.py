@@ -107,15 +107,30 @@ def test_train_compressors_and_no_correction(tmp_path, compressor):
         (["--corrector", "retrace2"], "bad --corrector 'retrace2'"),
         (["--num-envs", "0"], "bad --num-envs 0"),
         (["--discount", "1.5"], "bad --discount 1.5"),
+        (["--learning-rate", "inf"], "bad --learning-rate inf; expected a finite number"),
+        (["--seed", "4294967296"], "bad --seed 4294967296"),
+        (["--lambda_", "-1"], "bad --lambda_ -1.0"),
+        (["--compressor", "fakequant:8.0"], "'8.0' is not an integer"),
+        (["--compressor", "distill:small+distill:tiny"], "distill appears more than once"),
+        (["--total-steps", str(10**21)], "more than 2147483647 updates"),
+        (["--env", "envpool:MiniGrid-Empty-5x5-v0"], "structured (dict/tuple) observation space"),
     ],
 )
 def test_cli_bad_input_exits_2_without_traceback(tmp_path, args, message):
     logdir = tmp_path / "run"
-    proc = run_cli(*args, "--total-steps", "64", "--logdir", str(logdir), "--no-progress")
+    proc = run_cli("--total-steps", "64", *args, "--logdir", str(logdir), "--no-progress")
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not logdir.exists()  # nothing written for a rejected run
+
+
+def test_cli_unwritable_logdir_exits_2(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("keep")
+    proc = run_cli("--total-steps", "64", "--logdir", str(blocker / "run"), "--no-progress")
+    assert proc.returncode == 2 and "cannot write there" in proc.stderr and "Traceback" not in proc.stderr
+    assert blocker.read_text() == "keep"
 
 
 def test_cli_refuses_to_overwrite_a_run(tmp_path):

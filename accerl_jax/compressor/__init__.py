@@ -24,7 +24,8 @@ def _parse_number(kind: str, arg: str, cast):
     try:
         return cast(arg)
     except ValueError:
-        raise ValueError(f"bad --compressor part {kind}:{arg}: {arg!r} is not a number; {_EXPECTED}") from None
+        what = "an integer" if cast is int else "a number"
+        raise ValueError(f"bad --compressor part {kind}:{arg}: {arg!r} is not {what}; {_EXPECTED}") from None
 
 
 def _stage(spec: str, factory, *args, **kwargs) -> Compressor:
@@ -61,6 +62,10 @@ def make_compressor(
     parts = [p.strip() for p in spec.split("+")]
     if parts == ["none"]:
         return chain(("none", identity()))
+    kinds = [p.partition(":")[0] for p in parts]
+    repeated = sorted({k for k in kinds if kinds.count(k) > 1})
+    if repeated:
+        raise ValueError(f"bad --compressor {spec!r}: {', '.join(repeated)} appears more than once; each stage may appear once")
     stages = []
     for i, part in enumerate(parts):
         kind, sep, arg = part.partition(":")

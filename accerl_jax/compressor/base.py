@@ -11,7 +11,7 @@ A compressor turns learner parameters into the parameters of the policy the Acto
   of the network the compressor's input parameters belong to (static, Python-level).
 
 :func:`chain` composes compressors by name, so a chain's state reads ``state["fakequant"]``, not
-``state[1]`` (DESIGN.md, "Conventions"; optax's ``named_chain``).
+``state[1]`` (docs/DESIGN.md, "Conventions"; optax's ``named_chain``).
 """
 from __future__ import annotations
 

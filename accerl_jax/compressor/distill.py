@@ -91,7 +91,7 @@ def distill(
 
     teacher = xla.jit(teacher_apply, student.family)
     # Gradient steps of a conv net inside one XLA:CPU loop run ~20x slower than separate calls
-    # (DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
+    # (docs/DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
     fuse = student.family == "mlp"
 
     @jax.jit

@@ -3,8 +3,8 @@
 Each hidden-layer kernel is rounded to a signed ``bits``-bit grid with one scale per output
 channel (the last kernel axis), ``scale = max|w| / (2^(bits-1) - 1)``, and stored back in float32
 (Jacob et al. 2018, https://arxiv.org/abs/1712.05877, eq. 1 with zero-point 0). It measures the
-*fidelity* cost of quantization; it runs in float, so it is not faster (real int8 arithmetic is the
-``int8`` compressor's job).
+*fidelity* cost of quantization; it runs in float, so it is not faster (real int8 arithmetic, through
+qwix, is a separate compressor still to come).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Which parameters a weight compressor acts on: hidden-layer kernels, not biases or heads.
 
-The policy and value heads stay in float by default (DESIGN.md, "Conventions").
+The policy and value heads stay in float by default (docs/DESIGN.md, "Conventions").
 """
 from __future__ import annotations
 

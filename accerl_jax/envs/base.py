@@ -1,7 +1,7 @@
 """The one environment-adapter interface both backends implement (gymnax-like, batched).
 
 ``reset(key) -> (state, obs)`` and ``step(state, action) -> (state, Transition)``, with
-:class:`accerl_jax.types.Transition` hiding the backends' auto-reset differences (DESIGN.md,
+:class:`accerl_jax.types.Transition` hiding the backends' auto-reset differences (docs/DESIGN.md,
 "Conventions"): ``next_obs`` is always the true next observation, ``terminated``/``truncated`` are
 separate, and a transition that is not an MDP transition has ``valid = False``.
 """

@@ -3,7 +3,7 @@
 envpool resets on the *next* ``step`` call after an episode ends: that call ignores the action and
 returns the first observation of the new episode with reward 0. That transition is not an MDP
 transition; this adapter marks it ``valid = False`` so it gets zero weight in every loss
-(DESIGN.md, "Conventions"). At the step that ends an episode envpool returns the true final
+(docs/DESIGN.md, "Conventions"). At the step that ends an episode envpool returns the true final
 observation, so ``next_obs`` is simply the returned observation.
 
 Known limitation: envpool reports an episode that terminates on its last allowed step as truncated. For
@@ -44,11 +44,20 @@ class EnvpoolEnv:
                 f"unknown envpool task {env_id!r}; e.g. Pong-v5, Breakout-v5, CartPole-v1 "
                 "(envpool.list_all_envs() lists all)"
             )
-        self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed)
+        try:
+            self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed)
+        except Exception as err:  # envpool raises many kinds (bad seed, missing system libraries, ...)
+            raise ValueError(f"cannot build envpool:{env_id} with {num_envs} envs, seed {seed}: {err}") from None
         space = self._env.action_space
         if not hasattr(space, "n"):
             raise ValueError(f"envpool:{env_id} has a continuous action space; only discrete actions are supported")
-        shape = tuple(self._env.observation_space.shape)
+        obs_shape = getattr(self._env.observation_space, "shape", None)
+        if not obs_shape:
+            raise ValueError(f"envpool:{env_id} has a structured (dict/tuple) observation space; only array observations are supported")
+        shape = tuple(obs_shape)
+        first_obs, _ = self._env.reset()
+        if getattr(first_obs, "shape", (None,))[0] != num_envs:
+            raise ValueError(f"envpool:{env_id} returns more than one observation per environment (multi-player); not supported")
         self._obs_dtype = "uint8" if self._env.observation_space.dtype == np.uint8 else "float32"
         self.info = EnvInfo(
             name=f"envpool:{env_id}",

@@ -37,7 +37,10 @@ class GymnaxEnv:
                 f"unknown gymnax environment {env_id!r}; known ones include "
                 f"{', '.join(sorted(gymnax.registered_envs)[:12])}, ..."
             )
-        self._env, self._params = gymnax.make(env_id)
+        try:
+            self._env, self._params = gymnax.make(env_id)
+        except Exception as err:  # some gymnax envs download data at construction (e.g. MNISTBandit)
+            raise ValueError(f"cannot build gymnax:{env_id}: {err}") from None
         space = self._env.action_space(self._params)
         if not hasattr(space, "n"):
             raise ValueError(f"gymnax:{env_id} has a continuous action space; only discrete actions are supported")
