@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
