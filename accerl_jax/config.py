@@ -5,6 +5,8 @@ import dataclasses
 import math
 from typing import Optional
 
+import numpy as np
+
 
 class ConfigError(ValueError):
     """A setting the user chose is not accepted; the message names it and what would be. CLI exit code 2."""
@@ -32,7 +34,8 @@ class Config:
     seed: int = 0
     """Random seed (network init, action sampling, environments)."""
     logdir: Optional[str] = None
-    """Output folder for summary.json, metrics.csv and TensorBoard events; default runs/<env>-<compressor>-s<seed>-<time>."""
+    """Output folder for summary.json, metrics.csv, curves.png and TensorBoard events; default
+    runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
     learning_rate: float = 1e-3
     """Adam learning rate of the learner, linearly annealed to 0 over the budget."""
     discount: float = 0.99
@@ -75,13 +78,18 @@ def validate(cfg: Config) -> None:
     """
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"bad {flag(field.name)} {value!r}; expected a finite number")
+        if isinstance(value, float):
+            # Training runs in float32: a value that overflows or underflows there is not accepted.
+            with np.errstate(over="ignore"):
+                as_f32 = float(np.float32(value)) if math.isfinite(value) else value
+            if not math.isfinite(as_f32) or (value != 0 and as_f32 == 0):
+                raise ConfigError(f"bad {flag(field.name)} {value!r}; expected a finite number representable in float32")
+    big = 2**31 - 1
     checks = [
         ("seed", 0 <= cfg.seed < 2**31, "an integer in [0, 2^31)"),
         ("total_steps", cfg.total_steps > 0, "a positive integer"),
-        ("num_envs", cfg.num_envs > 0, "a positive integer"),
-        ("rollout_length", cfg.rollout_length > 0, "a positive integer"),
+        ("num_envs", 0 < cfg.num_envs <= 65536, "an integer in [1, 65536]"),
+        ("rollout_length", 0 < cfg.rollout_length <= 65536, "an integer in [1, 65536]"),
         ("learning_rate", cfg.learning_rate > 0, "a positive number"),
         ("discount", 0.0 <= cfg.discount <= 1.0, "a number in [0, 1]"),
         ("lambda_", 0.0 <= cfg.lambda_ <= 1.0, "a number in [0, 1]"),
@@ -90,10 +98,10 @@ def validate(cfg: Config) -> None:
         ("entropy_coef", cfg.entropy_coef >= 0, "a number >= 0"),
         ("value_coef", cfg.value_coef >= 0, "a number >= 0"),
         ("max_grad_norm", cfg.max_grad_norm > 0, "a positive number"),
-        ("distill_steps", cfg.distill_steps >= 0, "an integer >= 0"),
+        ("distill_steps", 0 <= cfg.distill_steps <= 10_000, "an integer in [0, 10000]"),
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
-        ("log_every", cfg.log_every > 0, "a positive integer"),
-        ("return_window", cfg.return_window > 0, "a positive integer"),
+        ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
+        ("return_window", 0 < cfg.return_window <= 10_000_000, "an integer in [1, 10^7]"),
     ]
     for name, ok, expected in checks:
         if not ok:

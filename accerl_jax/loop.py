@@ -133,6 +133,18 @@ def train(cfg: Config) -> dict:
     stopped = None
     rollout = None
     completed = 0  # learner updates (with their compression) that finished
+    logged = 0  # the last update written to metrics.csv
+
+    def log(it: int, metrics: dict) -> dict:
+        held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
+        metrics = dict(metrics, **policy_divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
+        if info.jittable:
+            env_calibration.append(actor.time_env_only(carry))
+            # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
+            monitor.set_env_time(min(float(np.median(env_calibration)) * it, monitor.times["actor"]))
+        monitor.log(it, metrics)
+        return metrics
+
     try:
         with monitor.time("compress"):
             actor_params, comp_state = compressor.init(params, k_comp)
@@ -148,41 +160,40 @@ def train(cfg: Config) -> dict:
             with monitor.time("learner"):
                 state, metrics = update(state, rollout)
                 jax.block_until_ready(state)
-            obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
             with monitor.time("compress"):
+                obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
             completed = it
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
-            if it % cfg.log_every == 0 or it == num_updates:
-                held = obs_flat[:DIVERGENCE_SAMPLES]
-                metrics = dict(metrics, **policy_divergence(learner_logits(state.params, held),
-                                                            actor_logits(actor_params, held)))
-                if info.jittable:
-                    env_calibration.append(actor.time_env_only(carry))
-                    # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
-                    monitor.set_env_time(min(float(np.median(env_calibration)) * it, monitor.times["actor"]))
-                monitor.log(it, metrics)
-                if not math.isfinite(float(metrics["loss"])):
-                    stopped = "diverged"
-                    break
+            diverged = not math.isfinite(float(metrics["loss"]))
+            if diverged or it % cfg.log_every == 0 or it == num_updates:
+                metrics, logged = log(it, metrics), it
             else:
                 monitor.progress()
+            if diverged:
+                stopped = "diverged"
+                break
     except KeyboardInterrupt:
         stopped = "interrupted"
+    if stopped == "interrupted" and completed == 0:
+        monitor.close()
+        monitor.discard()  # nothing ran: free the folder for a rerun
+        raise KeyboardInterrupt
+    try:
+        if completed and logged != completed:  # the interrupted run's last updates get their row too
+            metrics = log(completed, metrics)
+        speed_report = speed.policy_speedup(
+            learner_apply, state.params, actor_apply, actor_params,
+            rollout.obs[: min(SPEED_FORWARDS, cfg.rollout_length)], family=spec.family,
+        )
+    except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
+        stopped = "interrupted"
+        speed_report = {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
+                        "forward_batch": info.num_envs}
     finally:
         monitor.close()
-    if rollout is None:  # interrupted before the first rollout: nothing to summarise
-        raise KeyboardInterrupt
-    if stopped == "interrupted" and metrics:
-        held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
-        metrics = dict(metrics, **policy_divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
-
-    speed_report = speed.policy_speedup(
-        learner_apply, state.params, actor_apply, actor_params,
-        rollout.obs[: min(SPEED_FORWARDS, cfg.rollout_length)], family=spec.family,
-    )
     times = monitor.times
     wall = time.perf_counter() - wall_start
     final = jax.device_get(metrics)

@@ -152,6 +152,9 @@ class Monitor:
                                   sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
 
     def close(self) -> None:
+        """Stop the progress bar and close the log files (safe to call twice)."""
+        if self._csv_file.closed:
+            return
         if self._progress is not None:
             self.progress()
             self._progress.stop()
@@ -186,6 +189,14 @@ class Monitor:
         fig.savefig(path, dpi=80)
         plt.close(fig)
         return path
+
+    def discard(self) -> None:
+        """Remove the files this Monitor created (for a run stopped before its first update)."""
+        for name in os.listdir(self.logdir):
+            if name == "metrics.csv" or name.startswith("events.out"):
+                os.remove(os.path.join(self.logdir, name))
+        if not os.listdir(self.logdir):
+            os.rmdir(self.logdir)
 
     def write_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""
@@ -223,9 +234,10 @@ def print_summary(summary: dict) -> None:
     table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
     table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
     table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
+    speedup = summary["actor_policy_speedup"]
     table.add_row(
         f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",
-        f"{summary['actor_policy_speedup']:.2f}x",
+        "not measured (interrupted)" if speedup is None else f"{speedup:.2f}x",
         "",
     )
     kl, agree = summary["kl_learner_actor"], summary["action_agreement"]

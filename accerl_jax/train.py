@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted before the first rollout finished; nothing to summarise", file=sys.stderr)
+        print("interrupted before the first update finished; nothing to summarise (the log folder was freed)",
+              file=sys.stderr)
         return 130
     print_summary(summary)
     print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: the summary covers the updates that ran", file=sys.stderr)
         return 130
     if summary["stopped"] == "diverged":
-        print("error: training diverged (non-finite loss); try a lower --learning-rate", file=sys.stderr)
+        print("error: training diverged (non-finite loss); try a lower --learning-rate, or smaller loss "
+              "coefficients or --distill-learning-rate", file=sys.stderr)
         return 1
     return 0
 

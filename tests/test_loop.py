@@ -44,7 +44,9 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
     cfg = tiny(tmp_path)
     summary = loop.train(cfg)
     assert summary["stopped"] == "diverged"
-    assert summary["updates"] == cfg.log_every  # stopped at the first log step
+    assert summary["updates"] == 1  # stopped at the first non-finite loss, logged at once
+    with open(f"{cfg.logdir}/metrics.csv") as f:
+        assert len(f.readlines()) == 2  # header + the diverged update
     with open(f"{cfg.logdir}/summary.json") as f:
         text = f.read()
     assert "NaN" not in text
@@ -76,3 +78,57 @@ def test_interrupt_stops_run_and_writes_summary(tmp_path, monkeypatch):
     assert summary["kl_learner_actor"] is not None
     with open(f"{cfg.logdir}/summary.json") as f:
         assert json.load(f)["stopped"] == "interrupted"
+    with open(f"{cfg.logdir}/metrics.csv") as f:
+        last = f.readlines()[-1].split(",")
+    assert last[0] == "3"  # the interrupted run's last update has its own row (log_every is 2)
+
+
+def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop.speed, "policy_speedup", interrupted)
+    cfg = tiny(tmp_path)
+    summary = loop.train(cfg)
+    assert summary["stopped"] == "interrupted" and summary["actor_policy_speedup"] is None
+    assert summary["updates"] == 6
+    with open(f"{cfg.logdir}/summary.json") as f:
+        assert json.load(f)["updates"] == 6
+
+
+def test_interrupt_before_first_update_frees_the_folder(tmp_path, monkeypatch):
+    real = loop.make_actor
+
+    def interrupting(*args, **kwargs):
+        actor = real(*args, **kwargs)
+
+        def wrapped(params, carry):
+            raise KeyboardInterrupt
+
+        actor.rollout = wrapped
+        return actor
+
+    monkeypatch.setattr(loop, "make_actor", interrupting)
+    cfg = tiny(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("learning_rate", 1e-300, "representable in float32"),
+        ("entropy_coef", 1e300, "representable in float32"),
+        ("num_envs", 10**20, "bad --num-envs"),
+        ("rollout_length", 10**20, "bad --rollout-length"),
+        ("distill_steps", 3_000_000_000, "bad --distill-steps"),
+        ("return_window", 10**20, "bad --return-window"),
+    ],
+)
+def test_out_of_range_settings_are_config_errors(tmp_path, field, value, message):
+    cfg = tiny(tmp_path)
+    setattr(cfg, field, value)
+    with pytest.raises(ConfigError, match=message):
+        loop.train(cfg)
+    assert not (tmp_path / "run").exists()

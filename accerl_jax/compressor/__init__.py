@@ -62,6 +62,8 @@ def make_compressor(
     parts = [p.strip() for p in spec.split("+")]
     if parts == ["none"]:
         return chain(("none", identity()))
+    if not all(parts):
+        raise ValueError(f"bad --compressor {spec!r}: empty stage; {_EXPECTED}")
     kinds = [p.partition(":")[0] for p in parts]
     repeated = sorted({k for k in kinds if kinds.count(k) > 1})
     if repeated:
