@@ -25,7 +25,7 @@ from accerl_jax.compressor import make_compressor
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
-from accerl_jax.monitor import RUN_FILES, Monitor, policy_divergence
+from accerl_jax.monitor import Monitor, is_run_file, policy_divergence
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
@@ -47,7 +47,7 @@ def check_logdir(logdir: str) -> None:
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
     if os.path.isdir(logdir):
-        taken = sorted(f for f in os.listdir(logdir) if f in RUN_FILES or f.startswith("events.out"))
+        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f))
         if taken:
             raise ConfigError(
                 f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder or remove it"

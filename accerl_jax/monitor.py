@@ -22,6 +22,11 @@ STAGES = ("actor", "env", "inference", "learner", "compress")
 RUN_FILES = ("summary.json", "metrics.csv", "curves.png")  # with TensorBoard's events.out.*: a run's outputs
 
 
+def is_run_file(name: str) -> bool:
+    """True for a file name a run writes into its logdir (:data:`RUN_FILES` or TensorBoard events)."""
+    return name in RUN_FILES or name.startswith("events.out")
+
+
 @jax.jit
 def policy_divergence(learner_logits: jax.Array, actor_logits: jax.Array) -> dict:
     """KL(π_learner ‖ π_actor) and greedy-action agreement, means over ``[N, A]`` logits.
@@ -193,7 +198,7 @@ class Monitor:
     def discard(self) -> None:
         """Remove the files this Monitor created (for a run stopped before its first update)."""
         for name in os.listdir(self.logdir):
-            if name == "metrics.csv" or name.startswith("events.out"):
+            if is_run_file(name):
                 os.remove(os.path.join(self.logdir, name))
         if not os.listdir(self.logdir):
             os.rmdir(self.logdir)

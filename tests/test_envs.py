@@ -215,12 +215,7 @@ def test_envpool_termination_and_reset_step():
     """Pushing left: terminated with the final obs; the following reset step is invalid and uncounted."""
     b, t = 3, 40
     env = make_env("envpool:CartPole-v1", b, seed=0)
-    state, obs = env.reset()
-    trs = []
-    for _ in range(t):
-        state, tr = env.step(state, np.zeros(b, np.int64))
-        trs.append(tr)
-    tr = Transition(*[np.stack(x) for x in zip(*trs)])
+    obs, tr = _envpool_rollout(env, np.zeros((t, b), np.int64))
     assert not np.any(tr.truncated)
     assert np.all(tr.terminated.sum(axis=0) >= 2), "every env should finish at least two episodes in 40 steps"
     for i in range(b):
@@ -256,6 +251,19 @@ def test_envpool_termination_and_reset_step():
                 assert not _is_terminal_obs(tr.obs[s, i])
 
 
+def _envpool_rollout(env, actions) -> tuple[np.ndarray, Transition]:
+    """Reset a host adapter and step it with ``actions [T, B]``.
+
+    Returns the first observation ``[B, ...]`` and the transitions stacked to ``[T, B, ...]``.
+    """
+    state, first_obs = env.reset()
+    trs = []
+    for action in actions:
+        state, tr = env.step(state, np.asarray(action))
+        trs.append(tr)
+    return first_obs, Transition(*[np.stack(x) for x in zip(*trs)])
+
+
 def _envpool_with_limit(monkeypatch, limit, b=2, seed=0):
     """An EnvpoolEnv whose envpool.make gets ``max_episode_steps=limit`` (the adapter has no such option)."""
     import envpool
@@ -269,12 +277,7 @@ def _envpool_with_limit(monkeypatch, limit, b=2, seed=0):
 def test_envpool_truncation_at_time_limit(monkeypatch):
     b, t, limit = 2, 12, 5
     env = _envpool_with_limit(monkeypatch, limit, b)
-    state, _ = env.reset()
-    trs = []
-    for s in range(t):
-        state, tr = env.step(state, np.full(b, s % 2))
-        trs.append(tr)
-    tr = Transition(*[np.stack(x) for x in zip(*trs)])
+    _, tr = _envpool_rollout(env, [np.full(b, s % 2) for s in range(t)])
     assert not np.any(tr.terminated)
     # Episodes of 5 valid steps, each followed by one reset step.
     for s in range(t):
@@ -295,12 +298,8 @@ def test_envpool_truncation_at_time_limit(monkeypatch):
 def test_envpool_termination_at_time_limit_is_termination(monkeypatch):
     b, t = 2, 20
     free = make_env("envpool:CartPole-v1", b, seed=0)
-    state, _ = free.reset()
-    ends = []
-    for _ in range(t):
-        state, tr = free.step(state, np.zeros(b, np.int64))
-        ends.append(tr.terminated)
-    limit = int(np.argmax(np.stack(ends)[:, 0])) + 1
+    ends = _envpool_rollout(free, np.zeros((t, b), np.int64))[1].terminated
+    limit = int(np.argmax(ends[:, 0])) + 1
     env = _envpool_with_limit(monkeypatch, limit, b)
     state, _ = env.reset()
     for _ in range(limit):
