@@ -62,6 +62,24 @@ class Config:
     """final_return_mean averages the returns of this many last finished episodes."""
     progress: bool = True
     """Show the progress bar."""
+    checkpoint_every: int = 500
+    """Save a checkpoint (orbax, in <logdir>/checkpoints/<update>/) every this many learner updates, and
+    always at the end, also when stopped by Ctrl-C/SIGTERM; 0 = only at the end."""
+    keep_checkpoints: int = 3
+    """Keep this many of the latest checkpoints (older ones are deleted)."""
+    resume: Optional[str] = None
+    """Continue a stopped run: PATH is its run folder (resumes from its latest checkpoint) or a checkpoint
+    folder <run>/checkpoints/<update> (must be the latest). The run continues in its own folder
+    (metrics.csv appended; the summary covers the whole run) and must be started with the same flags,
+    apart from --logdir, --progress, --log-every, --checkpoint-every, --keep-checkpoints, --on-nan.
+    gymnax environments resume exactly; envpool environments restart (episodes in flight are lost)."""
+    overwrite: bool = False
+    """Allow --logdir to hold an earlier run: its outputs and checkpoints are deleted once this run's
+    settings have been checked. Without it (or --resume) such a folder is refused."""
+    on_nan: str = "stop"
+    """Non-finite loss, gradients or parameters after an update: 'stop' (name the update and quantity,
+    keep the last good checkpoint, exit 1) or 'skip' (keep the previous learner state; counted in
+    metrics.csv and summary.json as skipped_updates)."""
 
 
 def flag(name: str) -> str:
@@ -102,7 +120,13 @@ def validate(cfg: Config) -> None:
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
         ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
         ("return_window", 0 < cfg.return_window <= 10_000_000, "an integer in [1, 10^7]"),
+        ("checkpoint_every", 0 <= cfg.checkpoint_every <= big, "an integer in [0, 2^31) (0 = only at the end)"),
+        ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),
+        ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
     ]
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(f"bad {flag(name)} {getattr(cfg, name)!r}; expected {expected}")
+    if cfg.resume is not None and cfg.overwrite:
+        raise ConfigError(f"bad --overwrite with --resume {cfg.resume!r}: resuming continues a run, overwriting "
+                          "deletes it; choose one")

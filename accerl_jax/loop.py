@@ -4,13 +4,14 @@ is timed; the actor always runs the compressed parameters made after the previou
 
 :func:`train` has two phases. *Setup* checks everything the user chose (config, environment,
 compressor, log folder) and raises :class:`~accerl_jax.config.ConfigError` before anything is written.
-*Training* then runs; Ctrl-C or a non-finite loss stops it early, and the summary of what ran is still
-written (``"stopped": "interrupted"`` / ``"diverged"``).
+*Training* then runs; Ctrl-C/SIGTERM or a non-finite loss stops it early, and the summary of what ran is
+still written (``"stopped": "interrupted"`` / ``"diverged"``). Checkpoints, ``--resume``, the signal
+handling and the non-finite guard live in :mod:`~accerl_jax.checkpoint`, :mod:`~accerl_jax.signals` and
+:mod:`~accerl_jax.guard` (issue 7); the loop only calls them.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import uuid
@@ -18,8 +19,11 @@ import uuid
 import jax
 import numpy as np
 
+from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
+from accerl_jax.guard import UpdateGuard
+from accerl_jax.signals import Interrupted, StopSignals, signal_name
 from accerl_jax.actor import make_actor
 from accerl_jax.compressor import make_compressor
 from accerl_jax.config import Config, ConfigError, validate
@@ -38,19 +42,21 @@ def default_logdir(cfg: Config) -> str:
     return os.path.join("runs", f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
 
 
-def check_logdir(logdir: str) -> None:
-    """Refuse a ``logdir`` that is a file or already holds a run, so that nothing saved is overwritten.
+def check_logdir(logdir: str, overwrite: bool = False) -> None:
+    """Refuse a ``logdir`` that is a file or already holds a run (unless ``overwrite``), so that nothing
+    saved is overwritten.
 
     Raises:
       ConfigError: naming the folder and what is in the way.
     """
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
-    if os.path.isdir(logdir):
-        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f))
+    if os.path.isdir(logdir) and not overwrite:
+        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == checkpoint.CHECKPOINT_DIR)
         if taken:
             raise ConfigError(
-                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder or remove it"
+                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
+                f"continue it with --resume {logdir}, or replace it with --overwrite"
             )
 
 
@@ -76,15 +82,31 @@ def claim_logdir(logdir: str) -> None:
 def train(cfg: Config) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
 
+    SIGINT/SIGTERM stop it at an update boundary (:mod:`accerl_jax.signals`); a checkpoint is saved and
+    the summary has ``"stopped": "interrupted"`` and ``"exit_signal"``.
+
     Raises:
-      ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder), raised
-        before anything is written.
+      ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
+        checkpoint), raised before anything is written.
+      accerl_jax.signals.Interrupted: a signal before the first update of this session finished (a new
+        run's folder is freed; a resumed run's checkpoints are untouched).
     """
+    with StopSignals() as stop:
+        return _train(cfg, stop)
+
+
+def _train(cfg: Config, stop: StopSignals) -> dict:
     validate(cfg)
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
-    logdir = cfg.logdir or default_logdir(cfg)
-    check_logdir(logdir)  # fail fast, before building environments
+    config_json = dataclasses.asdict(cfg)
+    resume_point = None
+    if cfg.resume is not None:
+        resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json)
+        logdir = resume_point.logdir
+    else:
+        logdir = cfg.logdir or default_logdir(cfg)
+        check_logdir(logdir, cfg.overwrite)  # fail fast, before building environments
     wall_start = time.perf_counter()
     try:
         env = make_env(cfg.env, cfg.num_envs, cfg.seed)
@@ -98,6 +120,9 @@ def train(cfg: Config) -> dict:
     num_updates = max(1, cfg.total_steps // steps_per_update)
     if num_updates > MAX_UPDATES:
         raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    if resume_point is not None and resume_point.meta["extra"]["completed"] >= num_updates:
+        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
+                          "nothing to resume")
     try:
         spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
     except ValueError as err:
@@ -110,7 +135,10 @@ def train(cfg: Config) -> dict:
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    claim_logdir(logdir)
+    if resume_point is None:
+        if cfg.overwrite:
+            checkpoint.remove_run(logdir)
+        claim_logdir(logdir)
 
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = networks.init_params(spec, k_net)
@@ -127,13 +155,35 @@ def train(cfg: Config) -> dict:
     learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
     actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
 
-    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress)
-    env_calibration = []  # seconds of one env-only rollout (Anakin actors)
+    saver = checkpoint.Checkpointer(logdir, cfg.keep_checkpoints, config_json)
+    extra: dict = {}
+    if resume_point is not None:
+        carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
+                          else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
+        template = checkpoint.TrainState(state, *jax.eval_shape(compressor.init, params, k_comp), carry_template)
+        restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
+        checkpoint.trim_metrics(logdir, extra["completed"])
+        wall_start -= extra["wall_time_s"]
+    lock = checkpoint.lock_run(logdir)
+    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress,
+                      append=resume_point is not None)
+    env_calibration = list(extra.get("env_calibration", []))  # seconds of one env-only rollout (Anakin actors)
+    if extra:
+        monitor.load_state_dict(extra["monitor"])
+    guard = UpdateGuard(update, cfg.on_nan, skipped=extra.get("skipped_updates", 0))
     metrics: dict = {}
     stopped = None
+    stop_reason = None
     rollout = None
-    completed = 0  # learner updates (with their compression) that finished
-    logged = 0  # the last update written to metrics.csv
+    start_update = extra.get("completed", 0)
+    completed = start_update  # learner updates (with their compression) that finished
+    logged = start_update  # the last update written to metrics.csv
+
+    def save(step: int) -> None:
+        saver.save(step, snapshot, {
+            "completed": step, "monitor": monitor.state_dict(), "env_calibration": env_calibration,
+            "skipped_updates": guard.skipped, "wall_time_s": time.perf_counter() - wall_start,
+        })
 
     def log(it: int, metrics: dict) -> dict:
         held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
@@ -146,11 +196,18 @@ def train(cfg: Config) -> dict:
         return metrics
 
     try:
-        with monitor.time("compress"):
-            actor_params, comp_state = compressor.init(params, k_comp)
-            jax.block_until_ready(actor_params)
-        carry = actor.reset(k_actor)
-        for it in range(1, num_updates + 1):
+        if resume_point is None:
+            with monitor.time("compress"):
+                actor_params, comp_state = compressor.init(params, k_comp)
+                jax.block_until_ready(actor_params)
+            carry = actor.reset(k_actor)
+        else:
+            state, actor_params, comp_state, carry = restored
+            if not info.jittable:  # host envs cannot be saved: they restart, the actor's key continues
+                carry = actor.reset(k_actor)._replace(key=carry)
+        # The last completed update's state: what a checkpoint saves, even if a later update is abandoned.
+        snapshot = checkpoint.TrainState(state, actor_params, comp_state, checkpoint.host_key_only(carry, info.jittable))
+        for it in range(start_update + 1, num_updates + 1):
             with monitor.time("actor"):
                 carry, rollout, actor_times = actor.rollout(actor_params, carry)
                 jax.block_until_ready(rollout)
@@ -158,42 +215,64 @@ def train(cfg: Config) -> dict:
                 if f"{stage}_time_s" in actor_times:
                     monitor.add_time(stage, actor_times[f"{stage}_time_s"])
             with monitor.time("learner"):
-                state, metrics = update(state, rollout)
+                state, metrics, bad = guard(state, rollout)  # bad: the non-finite quantity (--on-nan stop)
                 jax.block_until_ready(state)
             with monitor.time("compress"):
                 obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
-            completed = it
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
-            diverged = not math.isfinite(float(metrics["loss"]))
-            if diverged or it % cfg.log_every == 0 or it == num_updates:
+            completed = it
+            if bad is None:
+                snapshot = checkpoint.TrainState(state, actor_params, comp_state,
+                                                 checkpoint.host_key_only(carry, info.jittable))
+            if bad is not None or it % cfg.log_every == 0 or it == num_updates:
                 metrics, logged = log(it, metrics), it
             else:
                 monitor.progress()
-            if diverged:
+            if bad is not None:  # the diverged state is never saved: the last good checkpoint stays
                 stopped = "diverged"
+                stop_reason = (f"non-finite {bad} at update {it} (loss {float(metrics['loss'])}, "
+                               f"grad_norm {float(metrics['grad_norm'])})")
                 break
-    except KeyboardInterrupt:
+            if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
+                save(it)
+            stop.armed = True  # from now on a signal stops at the end of the update in flight
+            if stop.requested is not None:
+                stopped = "interrupted"
+                break
+    except KeyboardInterrupt:  # a signal before the first update, or a second one: abandon the update
         stopped = "interrupted"
-    if stopped == "interrupted" and completed == 0:
+    stop.deferring = True  # saving and summarising are never cut short by another signal
+    if stopped == "interrupted" and completed == start_update:
         monitor.close()
-        monitor.discard()  # nothing ran: free the folder for a rerun
-        raise KeyboardInterrupt
+        lock.release()
+        if start_update == 0:
+            saver.close()
+            checkpoint.remove_run(logdir)  # nothing ran: free the folder for a rerun
+            monitor.discard()
+        raise Interrupted(stop.requested)
     try:
-        if completed and logged != completed:  # the interrupted run's last updates get their row too
+        if stopped != "diverged" and saver.last_step != completed:
+            save(completed)
+        if logged != completed:  # the interrupted run's last updates get their row too
             metrics = log(completed, metrics)
-        speed_report = speed.policy_speedup(
-            learner_apply, state.params, actor_apply, actor_params,
-            rollout.obs[: min(SPEED_FORWARDS, cfg.rollout_length)], family=spec.family,
-        )
+        if stopped is None:
+            speed_report = speed.policy_speedup(
+                learner_apply, state.params, actor_apply, actor_params,
+                rollout.obs[: min(SPEED_FORWARDS, cfg.rollout_length)], family=spec.family,
+            )
+        else:  # a stopped run exits promptly; its policy speed is not measured
+            speed_report = {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
+                            "forward_batch": info.num_envs}
     except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
         stopped = "interrupted"
         speed_report = {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
                         "forward_batch": info.num_envs}
     finally:
         monitor.close()
+        saver.close()
     times = monitor.times
     wall = time.perf_counter() - wall_start
     final = jax.device_get(metrics)
@@ -206,6 +285,13 @@ def train(cfg: Config) -> dict:
         "rollout_length": cfg.rollout_length,
         "updates": completed,
         "stopped": stopped,
+        "stop_reason": stop_reason,
+        "exit_signal": signal_name(stop.requested) if stopped == "interrupted" else None,
+        "skipped_updates": guard.skipped,
+        "resumed_from_update": resume_point.step if resume_point is not None else None,
+        "last_checkpoint": (os.path.join(logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                            if saver.last_step is not None else None),
+        "checkpoint_time_s": saver.seconds,
         "total_env_steps": monitor.env_steps,
         "wall_time_s": wall,
         "actor_time_s": times["actor"],
@@ -233,4 +319,5 @@ def train(cfg: Config) -> dict:
     }
     monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
+    lock.release()
     return summary

@@ -67,9 +67,12 @@ class Monitor:
       total_steps: planned env steps (agent steps summed over environments), for the progress bar.
       return_window: how many of the last finished episodes ``final_return_mean`` averages.
       progress: show the rich progress bar.
+      append: continue the ``metrics.csv`` of a resumed run (its rows are kept, and reloaded for
+        ``curves.png``) instead of starting it; restore the counters with :meth:`load_state_dict`.
     """
 
-    def __init__(self, logdir: str, total_steps: int, return_window: int = 100, progress: bool = True):
+    def __init__(self, logdir: str, total_steps: int, return_window: int = 100, progress: bool = True,
+                 append: bool = False):
         from tensorboardX import SummaryWriter
 
         os.makedirs(logdir, exist_ok=True)
@@ -82,9 +85,19 @@ class Monitor:
         self.start = time.perf_counter()
         self._writer = SummaryWriter(logdir)
         # metrics.csv was created (claimed) by the loop before the Monitor starts; opened for writing here.
-        self._csv_file = open(os.path.join(logdir, "metrics.csv"), "w", newline="")
+        path = os.path.join(logdir, "metrics.csv")
         self._csv = None
         self.rows: list[dict] = []
+        if append and os.path.exists(path):
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                self.rows = [{k: float(v) if v not in ("", None) else float("nan") for k, v in r.items()} for r in reader]
+                fieldnames = reader.fieldnames
+            self._csv_file = open(path, "a", newline="")
+            if fieldnames:
+                self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames)
+        else:
+            self._csv_file = open(path, "w", newline="")
         self._progress = None
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -126,6 +139,21 @@ class Monitor:
         done_returns = np.asarray(episode_return)[np.asarray(finished)]
         self.returns.extend(done_returns.tolist())
         self.episodes += int(done_returns.size)
+
+    def state_dict(self) -> dict:
+        """The counters a resumed run continues from (JSON-able): stage times, env steps, episodes, the
+        returns window and the wall time so far (seconds)."""
+        return {"times": dict(self.times), "env_steps": self.env_steps, "episodes": self.episodes,
+                "returns": list(self.returns), "wall_time_s": self.wall_time}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`; the wall clock continues from the saved wall time."""
+        self.times.update(state["times"])
+        self.env_steps = int(state["env_steps"])
+        self.episodes = int(state["episodes"])
+        self.returns.clear()
+        self.returns.extend(state["returns"])
+        self.start = time.perf_counter() - float(state["wall_time_s"])
 
     @property
     def return_mean(self) -> float:

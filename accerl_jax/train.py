@@ -1,16 +1,20 @@
 """Command line: ``python -m accerl_jax.train [--env ...] [--compressor ...] ...``; ``--help`` lists all flags.
 
 Bad settings exit with status 2 and a message naming the bad value (no traceback), before anything is
-written. Ctrl-C stops training, writes the summary of what ran, and exits with status 130; a run whose
-loss became non-finite writes its summary and exits with status 1.
+written. Ctrl-C (SIGINT) or SIGTERM stops training at the end of the update in flight (a second signal
+abandons it), saves a checkpoint, writes the summary of what ran, and exits with status 130 (SIGINT) or
+143 (SIGTERM); ``--resume <logdir>`` continues the run. A run whose loss, gradients or parameters became
+non-finite writes its summary, keeps its last good checkpoint and exits with status 1.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 import tyro
 
 from accerl_jax.config import Config, ConfigError
+from accerl_jax.signals import exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,18 +27,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted before the first update finished; nothing to summarise (the log folder was freed)",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # accerl_jax.signals.Interrupted carries the signal
+        print("interrupted before the first update of this session finished; nothing to save (a new run's "
+              "log folder was freed, a resumed run's checkpoints are unchanged)", file=sys.stderr)
+        return exit_code(getattr(err, "signum", None))
     print_summary(summary)
     print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
     if summary["stopped"] == "interrupted":
-        print("interrupted: the summary covers the updates that ran", file=sys.stderr)
-        return 130
+        print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
+              f"{summary['last_checkpoint']} saved; continue with --resume {summary['logdir']}", file=sys.stderr)
+        return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":
-        print("error: training diverged (non-finite loss); try a lower --learning-rate, or smaller loss "
-              "coefficients or --distill-learning-rate", file=sys.stderr)
+        kept = summary["last_checkpoint"] or "none saved yet"
+        print(f"error: training diverged: {summary['stop_reason']}; last good checkpoint: {kept}. Try a lower "
+              "--learning-rate, smaller loss coefficients or --distill-learning-rate, or --on-nan skip",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -1,0 +1,349 @@
+"""Checkpoints of a training run: save, find, check and restore them (issue 7, "Reliability").
+
+A checkpoint holds everything a run needs to continue exactly where it stopped (:class:`TrainState`):
+the learner state (params, optimizer state, update counter), the compressor's state (whatever pytree
+it is: masks, distillation student and its optimizer, quantization statistics), the actor's parameters
+and the actor's carry (environment state, current observations and PRNG key). Beside it, as JSON: the
+run's configuration (for the compatibility check on resume), the bookkeeping of the loop and the
+Monitor (``extra``: update counter, env steps, episode returns window, stage times, wall time), and
+one record per array leaf (path, shape, dtype, SHA-256 of its bytes).
+
+Writing uses orbax-checkpoint's :class:`~orbax.checkpoint.CheckpointManager` (synchronous saves, the
+last ``keep`` kept): orbax writes each checkpoint into a temporary folder and renames it when it is
+finished, so a checkpoint is either whole or absent; a half-written temporary folder is never listed
+as a checkpoint. A checkpoint damaged *after* it was written (a truncated or altered file) is refused
+on restore: orbax fails to read a truncated file, and the per-leaf SHA-256 catches the rest.
+
+Host environments (envpool) cannot be saved: for them only the actor's PRNG key is kept, and a resumed
+run restarts those environments (episodes in progress at the checkpoint are lost; nothing else is).
+
+The API is loop-agnostic, so that any loop (the Anakin/host loop of :mod:`accerl_jax.loop`, a future
+Sebulba loop) can call it: :class:`Checkpointer` ``.save(step, state, extra)`` / ``.restore(step,
+template)``, :func:`find_resume_point` to validate ``--resume`` before anything is written.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from typing import Any, NamedTuple, Optional
+
+import jax
+import numpy as np
+
+from accerl_jax.config import ConfigError
+
+CHECKPOINT_DIR = "checkpoints"  # inside the run's logdir: <logdir>/checkpoints/<update>/
+FORMAT = 1
+# Fields that control how a run is run, not what it computes: they may differ when it is resumed.
+RUN_CONTROL_FIELDS = frozenset(
+    {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan"}
+)
+
+
+class TrainState(NamedTuple):
+    """Everything on device that a run continues from (any pytrees; see the module docstring)."""
+
+    learner: Any  # accerl_jax.learner.LearnerState
+    actor_params: Any  # parameters of the compressed policy the actor runs
+    compressor: Any  # compressor state, dict keyed by stage name
+    actor: Any  # ActorCarry (jittable envs) or only its PRNG key (host envs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """A finished checkpoint to continue from. ``meta`` is its JSON record (config, extra, leaves)."""
+
+    logdir: str
+    step: int
+    meta: dict
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """orbax logs warnings through absl (e.g. for read-only managers); keep them off the user's screen."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _manager(logdir: str, keep: Optional[int] = None, read_only: bool = False):
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, enable_async_checkpointing=False, create=not read_only, read_only=read_only
+    )
+    return ocp.CheckpointManager(
+        os.path.abspath(os.path.join(logdir, CHECKPOINT_DIR)), options=options, item_names=("state", "meta")
+    )
+
+
+def _leaf_key(i: int) -> str:
+    return f"leaf_{i:05d}"
+
+
+def _leaf_records(tree) -> list[dict]:
+    """Path, shape and dtype of every leaf of ``tree`` (arrays or ShapeDtypeStructs)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [{"path": jax.tree_util.keystr(p), "shape": list(np.shape(x)), "dtype": str(np.dtype(x.dtype))}
+            for p, x in flat]
+
+
+def _digest(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
+
+
+def config_differences(saved: dict, current: dict) -> list[str]:
+    """``--flag saved -> current`` for each field that matters to the computation and differs."""
+    from accerl_jax.config import flag
+
+    diffs = []
+    for name in sorted(set(saved) | set(current)):
+        if name in RUN_CONTROL_FIELDS:
+            continue
+        if saved.get(name) != current.get(name):
+            diffs.append(f"{flag(name)} {saved.get(name)!r} (checkpoint) vs {current.get(name)!r} (now)")
+    return diffs
+
+
+def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> ResumePoint:
+    """Validate ``--resume PATH`` and read its checkpoint's JSON record; writes nothing.
+
+    Args:
+      resume: a run folder (its latest checkpoint is used) or a checkpoint folder ``<run>/checkpoints/<update>``
+        (which must be the run's latest, so that no later checkpoint is overwritten).
+      logdir: ``--logdir``, or None; when given it must be the run folder of ``resume``.
+      config: the current configuration as a dict; it must equal the checkpoint's except for
+        :data:`RUN_CONTROL_FIELDS`.
+
+    Raises:
+      ConfigError: naming the path and what is wrong (missing, not a checkpoint, half-written, not the
+        latest, other logdir, incompatible configuration, unreadable record).
+    """
+    path = os.path.normpath(resume)
+    if not os.path.isdir(path):
+        raise ConfigError(f"bad --resume {resume!r}: no such folder; expected a run folder holding "
+                          f"{CHECKPOINT_DIR}/ or a checkpoint folder <run>/{CHECKPOINT_DIR}/<update>")
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == CHECKPOINT_DIR:
+        run, name = os.path.dirname(parent), os.path.basename(path)
+        if not name.isdigit():
+            raise ConfigError(f"bad --resume {resume!r}: not a finished checkpoint (a half-written one "
+                              "is never used); expected <run>/checkpoints/<update>")
+        step = int(name)
+    else:
+        run, step = path, None
+    if not os.path.isdir(os.path.join(run, CHECKPOINT_DIR)):
+        raise ConfigError(f"bad --resume {resume!r}: no {CHECKPOINT_DIR}/ folder there; expected a run folder "
+                          "written with checkpoints, or one of its checkpoint folders")
+    if logdir is not None and os.path.realpath(logdir) != os.path.realpath(run):
+        raise ConfigError(f"bad --logdir {logdir!r} with --resume {resume!r}: a resumed run continues in its "
+                          f"own folder {run!r}; leave --logdir out or set it to that folder")
+    with _quiet_absl():
+        try:
+            manager = _manager(run, read_only=True)
+            steps = list(manager.all_steps())
+        except Exception as err:  # orbax raises several kinds for an unreadable folder
+            raise ConfigError(f"bad --resume {resume!r}: cannot read its checkpoints ({err})") from None
+        if not steps:
+            raise ConfigError(f"bad --resume {resume!r}: no finished checkpoint in {os.path.join(run, CHECKPOINT_DIR)!r} "
+                              "(a half-written one is never used)")
+        latest = max(steps)
+        if step is None:
+            step = latest
+        elif step not in steps:
+            raise ConfigError(f"bad --resume {resume!r}: not a finished checkpoint of that run (finished: "
+                              f"{', '.join(map(str, sorted(steps)))})")
+        elif step != latest:
+            raise ConfigError(f"bad --resume {resume!r}: update {step} is not the run's latest checkpoint "
+                              f"({latest}); resuming from it would overwrite later ones. Copy the run folder "
+                              "and resume the copy, or resume the latest")
+        import orbax.checkpoint as ocp
+
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        except Exception as err:
+            raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} is damaged (its record cannot be "
+                              f"read: {type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+        finally:
+            manager.close()
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
+        raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} has no accerl_jax record of format {FORMAT}")
+    diffs = config_differences(meta["config"], config)
+    if diffs:
+        raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} was written by a different configuration "
+                          f"({'; '.join(diffs)}); pass the same flags to resume it")
+    return ResumePoint(run, step, meta)
+
+
+class Checkpointer:
+    """Saves and restores :class:`TrainState` checkpoints in ``<logdir>/checkpoints/<step>/``.
+
+    Args:
+      logdir: the run folder (must already exist).
+      keep: how many of the latest checkpoints to keep (older ones are deleted after a save).
+      config: the run's configuration as a JSON-able dict, stored with every checkpoint.
+
+    ``seconds`` accumulates the wall time spent saving; ``last_step`` is the last step saved or restored.
+    """
+
+    def __init__(self, logdir: str, keep: int, config: dict):
+        with _quiet_absl():
+            self._manager = _manager(logdir, keep=keep)
+        self.logdir = logdir
+        self.config = config
+        self.seconds = 0.0
+        self.last_step: Optional[int] = None
+
+    def save(self, step: int, state: TrainState, extra: dict) -> None:
+        """Write checkpoint ``step`` (blocking; whole or absent). ``extra`` is JSON-able bookkeeping."""
+        import orbax.checkpoint as ocp
+
+        start = time.perf_counter()
+        leaves = [np.asarray(x) for x in jax.device_get(jax.tree.leaves(state))]
+        records = _leaf_records(state)
+        for record, leaf in zip(records, leaves):
+            record["sha256"] = _digest(leaf)
+        meta = {"format": FORMAT, "step": step, "config": self.config, "extra": extra, "leaves": records}
+        items = {_leaf_key(i): leaf for i, leaf in enumerate(leaves)}
+        with _quiet_absl():
+            self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(items), meta=ocp.args.JsonSave(meta)), force=True)
+            self._manager.wait_until_finished()
+        self.last_step = step
+        self.seconds += time.perf_counter() - start
+
+    def restore(self, point: ResumePoint, template: TrainState) -> tuple[TrainState, dict]:
+        """Read checkpoint ``point.step`` into the structure of ``template``.
+
+        ``template`` leaves may be arrays or ``jax.ShapeDtypeStruct``; restored leaves are put on the
+        template leaf's sharding (device arrays) or returned as numpy (numpy template leaves).
+
+        Returns:
+          ``(state, extra)``.
+
+        Raises:
+          ConfigError: if the checkpoint's leaves do not match ``template`` (a different network,
+            compressor or environment), or if its data is damaged (unreadable or SHA-256 mismatch).
+        """
+        import orbax.checkpoint as ocp
+
+        where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"
+        records = point.meta["leaves"]
+        expected = _leaf_records(template)
+        if [(r["path"], r["shape"], r["dtype"]) for r in records] != [(r["path"], r["shape"], r["dtype"]) for r in expected]:
+            for i, (got, want) in enumerate(zip(records, expected)):
+                if (got["path"], got["shape"], got["dtype"]) != (want["path"], want["shape"], want["dtype"]):
+                    break
+            else:
+                got = want = None
+            detail = (f"leaf {got['path']} {got['dtype']}{got['shape']} vs {want['path']} {want['dtype']}{want['shape']} now"
+                      if got else f"{len(records)} arrays vs {len(expected)} now")
+            raise ConfigError(f"bad --resume: {where} does not fit this run's networks and state ({detail})")
+        flat, treedef = jax.tree.flatten(template)
+        shapes = {_leaf_key(i): np.zeros(tuple(r["shape"]), r["dtype"]) for i, r in enumerate(records)}
+        with _quiet_absl():
+            try:
+                items = self._manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
+            except Exception as err:
+                raise ConfigError(f"bad --resume: {where} is damaged ({type(err).__name__}: "
+                                  f"{str(err).splitlines()[0][:200]})") from None
+        leaves = []
+        for i, (record, tmpl) in enumerate(zip(records, flat)):
+            value = np.asarray(items[_leaf_key(i)])
+            if _digest(value) != record["sha256"]:
+                raise ConfigError(f"bad --resume: {where} is damaged (leaf {record['path']} does not match "
+                                  "the SHA-256 recorded when it was saved)")
+            if isinstance(tmpl, np.ndarray):
+                leaves.append(value)
+            else:
+                leaves.append(jax.device_put(value, getattr(tmpl, "sharding", None)))
+        self.last_step = point.step
+        return jax.tree.unflatten(treedef, leaves), point.meta["extra"]
+
+    def close(self) -> None:
+        with _quiet_absl():
+            self._manager.close()
+
+
+def trim_metrics(logdir: str, last_update: int) -> None:
+    """Drop rows of ``<logdir>/metrics.csv`` after ``last_update`` (logged after the checkpoint a run
+    resumes from, so they will be logged again); rewritten atomically, untouched if nothing to drop."""
+    path = os.path.join(logdir, "metrics.csv")
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    if not lines:
+        return
+    rows = list(csv.reader(lines[1:]))
+    keep = [line for line, row in zip(lines[1:], rows) if row and int(float(row[0])) <= last_update]
+    if len(keep) == len(lines) - 1:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        f.writelines([lines[0], *keep])
+    os.replace(tmp, path)
+
+
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<logdir>/.lock`` held while a run writes its folder; the OS drops it
+    when the process ends, however it ends, so a killed run never blocks its own resume."""
+
+    def __init__(self, logdir: str):
+        import fcntl
+
+        self._file = open(os.path.join(logdir, LOCK_FILE), "a")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            raise ConfigError(f"bad --logdir {logdir!r}: another process is writing this run now; "
+                              "wait for it to stop, or choose another folder") from None
+
+    def release(self) -> None:
+        self._file.close()  # closing the file releases the lock
+
+
+def lock_run(logdir: str) -> RunLock:
+    """Take the run folder's :class:`RunLock`. Raises ConfigError if another process holds it."""
+    return RunLock(logdir)
+
+
+def remove_run(logdir: str) -> None:
+    """Delete what a run wrote into ``logdir`` (its outputs, checkpoints and lock; nothing else)."""
+    import shutil
+
+    from accerl_jax.monitor import is_run_file
+
+    if not os.path.isdir(logdir):
+        return
+    for name in os.listdir(logdir):
+        path = os.path.join(logdir, name)
+        if name == CHECKPOINT_DIR and os.path.isdir(path):
+            shutil.rmtree(path)
+        elif (is_run_file(name) or name == LOCK_FILE) and not os.path.isdir(path):
+            os.remove(path)
+
+
+def host_key_only(carry, jittable: bool):
+    """What of an actor carry is saved: all of it for jittable envs, only the PRNG key for host envs."""
+    return carry if jittable else carry.key
+
+
+__all__ = [
+    "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS",
+    "config_differences", "find_resume_point", "trim_metrics", "host_key_only", "lock_run", "remove_run",
+]
