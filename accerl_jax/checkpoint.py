@@ -275,6 +275,22 @@ class Checkpointer:
             self._manager.close()
 
 
+def read_leaves(logdir: str, step: int) -> dict:
+    """``{leaf path: numpy array}`` of checkpoint ``step`` of the run in ``logdir``, read without a
+    template (for inspection and tests; paths as in :class:`TrainState`, e.g. ``"[0].params..."``)."""
+    import orbax.checkpoint as ocp
+
+    with _quiet_absl():
+        manager = _manager(logdir, read_only=True)
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            shapes = {_leaf_key(i): np.zeros(tuple(r["shape"]), r["dtype"]) for i, r in enumerate(meta["leaves"])}
+            items = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
+        finally:
+            manager.close()
+    return {r["path"]: np.asarray(items[_leaf_key(i)]) for i, r in enumerate(meta["leaves"])}
+
+
 def trim_metrics(logdir: str, last_update: int) -> None:
     """Drop rows of ``<logdir>/metrics.csv`` after ``last_update`` (logged after the checkpoint a run
     resumes from, so they will be logged again); rewritten atomically, untouched if nothing to drop."""
@@ -345,5 +361,5 @@ def host_key_only(carry, jittable: bool):
 
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS",
-    "config_differences", "find_resume_point", "trim_metrics", "host_key_only", "lock_run", "remove_run",
+    "config_differences", "find_resume_point", "read_leaves", "trim_metrics", "host_key_only", "lock_run", "remove_run",
 ]

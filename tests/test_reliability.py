@@ -1,0 +1,218 @@
+"""Issue 7: checkpoints that resume exactly, determinism, signals, and the non-finite guard.
+
+In-process runs use gymnax CartPole (the Anakin actor) with tiny budgets (8 updates of 8 envs x 8
+steps); the signal tests send real signals to a real ``python -m accerl_jax.train`` subprocess.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from accerl_jax import checkpoint, loop
+from accerl_jax.config import Config
+from accerl_jax.signals import Interrupted, StopSignals
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UPDATES = 8
+SUMMARY_NUMBERS = ("updates", "total_env_steps", "episodes", "final_return_mean", "returns_averaged",
+                   "kl_learner_actor", "action_agreement", "skipped_updates")
+
+
+def tiny(logdir, **kw) -> Config:
+    kw = dict(dict(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, checkpoint_every=4,
+                   logdir=None if logdir is None else str(logdir), progress=False), **kw)
+    return Config(**kw)
+
+
+def steps(logdir) -> list[int]:
+    return sorted(int(n) for n in os.listdir(os.path.join(logdir, checkpoint.CHECKPOINT_DIR)) if n.isdigit())
+
+
+def metric_rows(logdir) -> list[dict]:
+    with open(os.path.join(logdir, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def assert_same_leaves(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for path in a:
+        np.testing.assert_array_equal(a[path], b[path], err_msg=path)
+
+
+def hook_actor(monkeypatch, at: int, action) -> None:
+    """Call ``action()`` at the start of rollout number ``at`` (1-based), then roll out as usual."""
+    real = loop.make_actor
+
+    def make(*args, **kwargs):
+        actor = real(*args, **kwargs)
+        rollout, calls = actor.rollout, {"n": 0}
+
+        def wrapped(params, carry):
+            calls["n"] += 1
+            if calls["n"] == at:
+                action()
+            return rollout(params, carry)
+
+        actor.rollout = wrapped
+        return actor
+
+    monkeypatch.setattr(loop, "make_actor", make)
+
+
+def poison_updates(monkeypatch, at: set[int], what: str) -> None:
+    """Make learner updates number ``at`` (1-based) produce a NaN in ``what`` ('params' or 'grad_norm')."""
+    real = loop.learner_lib.make_update
+
+    def make(*args, **kwargs):
+        update, calls = real(*args, **kwargs), {"n": 0}
+
+        def wrapped(state, batch):
+            calls["n"] += 1
+            state, metrics = update(state, batch)
+            if calls["n"] in at:
+                if what == "params":
+                    state = state._replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
+                else:
+                    metrics = dict(metrics, **{what: jnp.float32(jnp.nan)})
+            return state, metrics
+
+        return wrapped
+
+    monkeypatch.setattr(loop.learner_lib, "make_update", make)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run of UPDATES updates: its summary and its final checkpoint's arrays."""
+    logdir = tmp_path_factory.mktemp("ref") / "run"
+    summary = loop.train(tiny(logdir))
+    return summary, checkpoint.read_leaves(str(logdir), UPDATES), str(logdir)
+
+
+def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
+    ref_summary, ref_leaves, ref_dir = reference
+    summary = loop.train(tiny(tmp_path / "again"))
+    for key in SUMMARY_NUMBERS:
+        assert summary[key] == ref_summary[key], key
+    assert ref_summary["episodes"] > 0 and ref_summary["final_return_mean"] > 0
+    assert_same_leaves(checkpoint.read_leaves(str(tmp_path / "again"), UPDATES), ref_leaves)
+    assert steps(ref_dir) == [4, 8]
+
+
+def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypatch):
+    ref_summary, ref_leaves, _ = reference
+    logdir = tmp_path / "run"
+    # A real SIGINT to this process during rollout 3: update 3 finishes, is saved, and the run stops.
+    hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    first = loop.train(tiny(logdir, checkpoint_every=0))
+    assert first["stopped"] == "interrupted" and first["exit_signal"] == "SIGINT"
+    assert first["updates"] == 3 and steps(logdir) == [3]
+    monkeypatch.undo()
+    summary = loop.train(tiny(None, resume=str(logdir), checkpoint_every=0))
+    assert summary["stopped"] is None and summary["resumed_from_update"] == 3
+    for key in SUMMARY_NUMBERS:
+        assert summary[key] == ref_summary[key], key
+    assert summary["wall_time_s"] > first["wall_time_s"]  # the summary covers both sessions
+    assert_same_leaves(checkpoint.read_leaves(str(logdir), UPDATES), ref_leaves)  # bitwise, every array
+    updates = [int(r["update"]) for r in metric_rows(logdir)]
+    assert updates == [2, 3, 4, 6, 8]  # appended, no update twice
+    assert float(metric_rows(logdir)[-1]["env_steps"]) == 8 * 8 * UPDATES
+
+
+def test_keep_last_k_checkpoints(tmp_path):
+    loop.train(tiny(tmp_path / "run", checkpoint_every=1, keep_checkpoints=2))
+    assert steps(tmp_path / "run") == [7, 8]
+
+
+def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch):
+    poison_updates(monkeypatch, {3}, "params")
+    logdir = tmp_path / "run"
+    summary = loop.train(tiny(logdir, checkpoint_every=2))
+    assert summary["stopped"] == "diverged"
+    assert summary["stop_reason"].startswith("non-finite parameters at update 3")
+    assert steps(logdir) == [2] and summary["last_checkpoint"].endswith(os.path.join("checkpoints", "2"))
+    good = checkpoint.read_leaves(str(logdir), 2)
+    assert all(np.isfinite(v).all() for v in good.values() if v.dtype.kind == "f")
+
+
+def test_nan_gradients_skipped_and_counted(tmp_path, monkeypatch):
+    poison_updates(monkeypatch, {3, 5}, "grad_norm")
+    logdir = tmp_path / "run"
+    summary = loop.train(tiny(logdir, on_nan="skip"))
+    assert summary["stopped"] is None and summary["updates"] == UPDATES
+    assert summary["skipped_updates"] == 2
+    assert float(metric_rows(logdir)[-1]["skipped_updates"]) == 2
+    leaves = checkpoint.read_leaves(str(logdir), UPDATES)
+    assert int(leaves[".learner.step"]) == UPDATES - 2  # skipped updates kept the previous learner state
+
+
+def test_stop_signals_first_requests_second_abandons():
+    with StopSignals() as stop:
+        with pytest.raises(Interrupted) as err:  # not armed: nothing to save yet, stop at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        assert err.value.signum == signal.SIGTERM
+        stop.armed, stop.requested = True, None
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert stop.requested == signal.SIGINT  # the first signal only asks to stop
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def _start_cli(logdir, *extra):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = ["--total-steps", str(8 * 8 * 400), "--num-envs", "8", "--rollout-length", "8", "--log-every", "2",
+            "--checkpoint-every", "0", "--no-progress", *extra]
+    return subprocess.Popen([sys.executable, "-m", "accerl_jax.train", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args
+
+
+def _signal_after_first_row(proc, logdir, signum) -> tuple[int, str]:
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        path = os.path.join(logdir, "metrics.csv")
+        if os.path.exists(path) and len(open(path).readlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=240)
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
+    logdir = str(tmp_path / "run")
+    proc, args = _start_cli(logdir, "--logdir", logdir)
+    rc, err = _signal_after_first_row(proc, logdir, signum)
+    assert rc == code, err[-3000:]
+    assert f"interrupted by {signal.Signals(signum).name}" in err and "Traceback" not in err
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stopped"] == "interrupted" and 2 <= summary["updates"] < 400
+    assert steps(logdir) == [summary["updates"]]
+    assert int(metric_rows(logdir)[-1]["update"]) == summary["updates"]  # logs flushed to the last update
+    if signum != signal.SIGTERM:
+        return  # one resume is enough; SIGTERM's run resumes below
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "accerl_jax.train", *args, "--resume", logdir], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(os.path.join(logdir, "summary.json")) as f:
+        final = json.load(f)
+    assert final["updates"] == 400 and final["total_env_steps"] == 8 * 8 * 400
+    assert final["resumed_from_update"] == summary["updates"]
+    updates = [int(r["update"]) for r in metric_rows(logdir)]
+    assert updates == sorted(set(updates)) and updates[-1] == 400
