@@ -235,6 +235,13 @@ class Checkpointer:
           ConfigError: if the checkpoint's leaves do not match ``template`` (a different network,
             compressor or environment), or if its data is damaged (unreadable or SHA-256 mismatch).
         """
+        try:
+            return self._restore(point, template)
+        except ConfigError:
+            self.close()  # an open manager left to interpreter shutdown prints asyncio tracebacks
+            raise
+
+    def _restore(self, point: ResumePoint, template: TrainState) -> tuple[TrainState, dict]:
         import orbax.checkpoint as ocp
 
         where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"

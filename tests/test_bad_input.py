@@ -1,0 +1,253 @@
+"""Issue 7, "Bad input": every bad flag value or combination exits with status 2 and a one-line error
+naming the value and what is accepted, with no traceback, and changes nothing on disk.
+
+Each case runs in a fresh folder holding a copy of a real, resumable run (stopped after 2 of 4 updates,
+checkpoints 1 and 2); every file under the folder is hashed before and after. Most cases run in-process
+through :func:`accerl_jax.train.main` (the CLI's own code path: parse, train, map errors to exit codes);
+the ones marked ``SUB`` also run as real ``python -m accerl_jax.train`` subprocesses.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tyro
+
+from accerl_jax import loop, train
+from accerl_jax.config import Config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMON = ["--total-steps", "256", "--num-envs", "8", "--rollout-length", "8", "--log-every", "2", "--no-progress"]
+SUB = "subprocess"
+
+
+def _over(t):  # an existing run that --overwrite would replace: a bad flag must still leave it intact
+    return ["--logdir", str(t / "run"), "--overwrite"]
+
+
+def _resume(*parts):
+    return lambda t: ["--resume", str(t.joinpath("run", *parts))]
+
+
+def _truncate_data(t):
+    data = max(glob.glob(str(t / "run" / "checkpoints" / "2" / "state" / "**" / "d" / "*"), recursive=True),
+               key=os.path.getsize)
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+
+
+def _flip_byte(t):
+    data = max(glob.glob(str(t / "run" / "checkpoints" / "2" / "state" / "**" / "d" / "*"), recursive=True),
+               key=os.path.getsize)
+    raw = bytearray(open(data, "rb").read())
+    raw[len(raw) // 2] ^= 0xFF
+    open(data, "wb").write(bytes(raw))
+
+
+def _half_written(t):
+    ck = t / "run" / "checkpoints"
+    for step in ("1", "2"):
+        os.rename(ck / step, ck / f"{step}.orbax-checkpoint-tmp-1234")
+
+
+def _other_network(t):
+    meta = t / "run" / "checkpoints" / "2" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    record["leaves"][1]["shape"] = [4, 128]  # as if written by a run with another first layer
+    meta.write_text(json.dumps(record))
+
+
+def _a_file(t):
+    (t / "a_file").write_text("keep")
+
+
+def _no_checkpoints(t):
+    (t / "plain").mkdir()
+    (t / "plain" / "notes.txt").write_text("keep")
+
+
+# (id, extra args (a function of the case folder), prepare (or None), [message parts], SUB or "")
+CASES = [
+    ("env-no-backend", lambda t: _over(t) + ["--env", "CartPole-v1"], None,
+     ["bad --env 'CartPole-v1'", "expected 'gymnax:<id>'"], SUB),
+    ("env-unknown-backend", lambda t: _over(t) + ["--env", "gym:CartPole-v1"], None,
+     ["bad --env 'gym:CartPole-v1'", "or 'envpool:<id>'"], ""),
+    ("env-unknown-gymnax-id", lambda t: _over(t) + ["--env", "gymnax:NoSuchEnv"], None,
+     ["unknown gymnax environment 'NoSuchEnv'", "known ones include"], ""),
+    ("env-unknown-envpool-id", lambda t: _over(t) + ["--env", "envpool:NoSuchGame-v5"], None,
+     ["unknown envpool task 'NoSuchGame-v5'", "e.g. Pong-v5"], ""),
+    ("compressor-malformed", lambda t: _over(t) + ["--compressor", "mask"], None,
+     ["bad --compressor 'mask'", "expected 'none', 'mask:<sparsity in [0,1)>'"], ""),
+    ("compressor-unknown-method", lambda t: _over(t) + ["--compressor", "zip:3"], None,
+     ["unknown kind 'zip'", "expected 'none'"], ""),
+    ("sparsity-1", lambda t: _over(t) + ["--compressor", "mask:1.0"], None,
+     ["bad --compressor 'mask:1.0'", "outside [0, 1)"], ""),
+    ("sparsity-negative", lambda t: _over(t) + ["--compressor", "mask:-0.1"], None,
+     ["bad --compressor 'mask:-0.1'", "outside [0, 1)"], ""),
+    ("sparsity-not-a-number", lambda t: _over(t) + ["--compressor", "mask:half"], None,
+     ["'half' is not a number", "expected 'none'"], ""),
+    ("bits-1", lambda t: _over(t) + ["--compressor", "fakequant:1"], None,
+     ["bad --compressor 'fakequant:1'", "integer in [2, 8]"], ""),
+    ("bits-9", lambda t: _over(t) + ["--compressor", "fakequant:9"], None,
+     ["bad --compressor 'fakequant:9'", "integer in [2, 8]"], ""),
+    ("chain-impossible-order", lambda t: _over(t) + ["--compressor", "fakequant:8+distill:small"], None,
+     ["bad --compressor 'fakequant:8+distill:small'", "distill must be the first stage"], SUB),
+    ("chain-empty-stage", lambda t: _over(t) + ["--compressor", "mask:0.5+"], None,
+     ["bad --compressor 'mask:0.5+'", "empty stage"], ""),
+    ("student-unknown", lambda t: _over(t) + ["--compressor", "distill:huge"], None,
+     ["unknown student 'huge'", "distill:<half|small|tiny>"], ""),
+    ("corrector-unknown", lambda t: _over(t) + ["--corrector", "retrace2"], None,
+     ["bad --corrector 'retrace2'", "expected one of"], ""),
+    ("num-envs-0", lambda t: _over(t) + ["--num-envs", "0"], None,
+     ["bad --num-envs 0", "expected an integer in [1, 65536]"], SUB),
+    ("num-envs-negative", lambda t: _over(t) + ["--num-envs", "-4"], None,
+     ["bad --num-envs -4", "expected an integer in [1, 65536]"], ""),
+    ("rollout-length-0", lambda t: _over(t) + ["--rollout-length", "0"], None,
+     ["bad --rollout-length 0", "expected an integer in [1, 65536]"], ""),
+    ("total-steps-0", lambda t: _over(t) + ["--total-steps", "0"], None,
+     ["bad --total-steps 0", "expected a positive integer"], ""),
+    ("total-steps-negative", lambda t: _over(t) + ["--total-steps", "-64"], None,
+     ["bad --total-steps -64", "expected a positive integer"], ""),
+    ("lr-0", lambda t: _over(t) + ["--learning-rate", "0"], None,
+     ["bad --learning-rate 0.0", "expected a positive number"], ""),
+    ("lr-nan", lambda t: _over(t) + ["--learning-rate", "nan"], None,
+     ["bad --learning-rate nan", "expected a finite number"], ""),
+    ("discount-above-1", lambda t: _over(t) + ["--discount", "1.5"], None,
+     ["bad --discount 1.5", "expected a number in [0, 1]"], ""),
+    ("seed-negative", lambda t: _over(t) + ["--seed", "-1"], None,
+     ["bad --seed -1", "expected an integer in [0, 2^31)"], ""),
+    ("on-nan-unknown", lambda t: _over(t) + ["--on-nan", "explode"], None,
+     ["bad --on-nan 'explode'", "expected 'stop' or 'skip'"], ""),
+    ("checkpoint-every-negative", lambda t: _over(t) + ["--checkpoint-every", "-1"], None,
+     ["bad --checkpoint-every -1", "expected an integer in [0, 2^31)"], ""),
+    ("keep-checkpoints-0", lambda t: _over(t) + ["--keep-checkpoints", "0"], None,
+     ["bad --keep-checkpoints 0", "expected an integer in [1, 10000]"], ""),
+    ("logdir-is-a-file", lambda t: ["--logdir", str(t / "a_file")], _a_file,
+     ["bad --logdir", "it is a file; expected a folder"], ""),
+    ("logdir-unwritable", lambda t: ["--logdir", str(t / "a_file" / "run")], _a_file,
+     ["bad --logdir", "cannot write there"], ""),
+    ("logdir-holds-a-run", lambda t: ["--logdir", str(t / "run")], None,
+     ["bad --logdir", "already holds a run", "--resume", "--overwrite"], SUB),
+    ("resume-and-overwrite", lambda t: _resume()(t) + ["--overwrite"], None,
+     ["bad --overwrite with --resume", "choose one"], ""),
+    ("resume-missing", _resume("nothing_here"), None,
+     ["bad --resume", "no such folder; expected a run folder"], ""),
+    ("resume-no-checkpoints", lambda t: ["--resume", str(t / "plain")], _no_checkpoints,
+     ["bad --resume", "no checkpoints/ folder there"], ""),
+    ("resume-half-written", _resume(), _half_written,
+     ["bad --resume", "no finished checkpoint", "half-written one is never used"], ""),
+    ("resume-half-written-path", _resume("checkpoints", "2.orbax-checkpoint-tmp-1234"), _half_written,
+     ["bad --resume", "not a finished checkpoint"], ""),
+    ("resume-truncated", _resume(), _truncate_data,
+     ["bad --resume", "checkpoints/2' is damaged"], SUB),
+    ("resume-altered", _resume(), _flip_byte,
+     ["bad --resume", "is damaged"], ""),
+    ("resume-not-latest", _resume("checkpoints", "1"), None,
+     ["bad --resume", "update 1 is not the run's latest checkpoint (2)"], ""),
+    ("resume-other-env", lambda t: _resume()(t) + ["--env", "gymnax:Acrobot-v1"], None,
+     ["different configuration", "--env 'gymnax:CartPole-v1' (checkpoint) vs 'gymnax:Acrobot-v1' (now)",
+      "pass the same flags"], SUB),
+    ("resume-other-compressor", lambda t: _resume()(t) + ["--compressor", "distill:tiny"], None,
+     ["different configuration", "--compressor 'distill:small' (checkpoint) vs 'distill:tiny' (now)"], ""),
+    ("resume-other-network", _resume(), _other_network,
+     ["bad --resume", "does not fit this run's networks"], ""),
+    ("resume-other-logdir", lambda t: _resume()(t) + ["--logdir", str(t / "elsewhere")], None,
+     ["bad --logdir", "a resumed run continues in its own folder"], ""),
+]
+
+
+def _tree_hashes(root) -> dict:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
+        for f in filenames:
+            with open(os.path.join(dirpath, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(dirpath, f), root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """A real run stopped (as by Ctrl-C) after update 2 of 4, with checkpoints 1 and 2."""
+    logdir = tmp_path_factory.mktemp("base") / "run"
+    real = loop.make_actor
+
+    def interrupting(*args, **kwargs):
+        actor = real(*args, **kwargs)
+        rollout, calls = actor.rollout, {"n": 0}
+
+        def wrapped(params, carry):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+            return rollout(params, carry)
+
+        actor.rollout = wrapped
+        return actor
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "make_actor", interrupting)
+        cfg = tyro.cli(Config, args=COMMON + ["--logdir", str(logdir), "--checkpoint-every", "1"])
+        summary = loop.train(cfg)
+    assert summary["stopped"] == "interrupted" and summary["updates"] == 2
+    assert sorted(os.listdir(logdir / "checkpoints")) == ["1", "2"]
+    return logdir
+
+
+def _prepare(tmp_path, base_run, prepare):
+    shutil.copytree(base_run, tmp_path / "run")
+    if prepare is not None:
+        prepare(tmp_path)
+    return _tree_hashes(tmp_path)
+
+
+def _check_error(err: str, parts: list[str]) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for part in parts:
+        assert part in lines[0], (part, lines[0])
+
+
+@pytest.mark.parametrize("case, args, prepare, parts, mode", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_in_process(tmp_path, base_run, capsys, case, args, prepare, parts, mode):
+    before = _prepare(tmp_path, base_run, prepare)
+    capsys.readouterr()
+    code = train.main(COMMON + args(tmp_path))
+    assert code == 2
+    _check_error(capsys.readouterr().err, parts)
+    assert _tree_hashes(tmp_path) == before  # nothing created, changed or deleted
+
+
+def _run_cli(args, extra_env=None):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(extra_env or {}))
+    return subprocess.run([sys.executable, "-m", "accerl_jax.train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+SUB_CASES = [c for c in CASES if c[4] == SUB]
+
+
+@pytest.mark.parametrize("case, args, prepare, parts, mode", SUB_CASES, ids=[c[0] for c in SUB_CASES])
+def test_bad_input_cli(tmp_path, base_run, case, args, prepare, parts, mode):
+    before = _prepare(tmp_path, base_run, prepare)
+    proc = _run_cli(COMMON + args(tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    _check_error(proc.stderr, parts)
+    assert _tree_hashes(tmp_path) == before
+
+
+def test_num_envs_not_divisible_by_devices_cli(tmp_path):
+    """Two forced host devices; 3 environments cannot be split over them."""
+    proc = _run_cli(COMMON + ["--num-envs", "3", "--logdir", str(tmp_path / "new")],
+                    {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    _check_error(proc.stderr, ["bad --num-envs 3", "must be a multiple of the 2 local devices"])
+    assert not (tmp_path / "new").exists()
