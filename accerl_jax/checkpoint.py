@@ -185,6 +185,26 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> Resum
     return ResumePoint(run, step, meta)
 
 
+def _ignore_closed_loop_callbacks() -> None:
+    """After a failed read, tensorstore reads still in flight complete into orbax's already-closed asyncio
+    loop; Python then reports ``RuntimeError('Event loop is closed')`` as an "Exception ignored" traceback
+    under our one-line error. Drop exactly those reports (every other one still goes to the old hook)."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_accerl_closed_loop_filter", False):
+        return
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._accerl_closed_loop_filter = True
+    sys.unraisablehook = hook
+
+
 class Checkpointer:
     """Saves and restores :class:`TrainState` checkpoints in ``<logdir>/checkpoints/<step>/``.
 
@@ -239,6 +259,7 @@ class Checkpointer:
             return self._restore(point, template)
         except ConfigError:
             self.close()  # an open manager left to interpreter shutdown prints asyncio tracebacks
+            _ignore_closed_loop_callbacks()
             raise
 
     def _restore(self, point: ResumePoint, template: TrainState) -> tuple[TrainState, dict]:

@@ -162,9 +162,14 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
                           else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
         template = checkpoint.TrainState(state, *jax.eval_shape(compressor.init, params, k_comp), carry_template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
+    try:
+        lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
+    except ConfigError:
+        saver.close()
+        raise
+    if resume_point is not None:
         checkpoint.trim_metrics(logdir, extra["completed"])
         wall_start -= extra["wall_time_s"]
-    lock = checkpoint.lock_run(logdir)
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress,
                       append=resume_point is not None)
     env_calibration = list(extra.get("env_calibration", []))  # seconds of one env-only rollout (Anakin actors)

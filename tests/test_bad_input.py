@@ -19,7 +19,7 @@ import sys
 import pytest
 import tyro
 
-from accerl_jax import loop, train
+from accerl_jax import checkpoint, loop, train
 from accerl_jax.config import Config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +61,13 @@ def _other_network(t):
     record = json.loads(meta.read_text())
     record["leaves"][1]["shape"] = [4, 128]  # as if written by a run with another first layer
     meta.write_text(json.dumps(record))
+
+
+_HELD = []  # locks held by a case, as if another process were running the run
+
+
+def _running(t):
+    _HELD.append(checkpoint.lock_run(str(t / "run")))
 
 
 def _a_file(t):
@@ -157,6 +164,8 @@ CASES = [
      ["different configuration", "--compressor 'distill:small' (checkpoint) vs 'distill:tiny' (now)"], ""),
     ("resume-other-network", _resume(), _other_network,
      ["bad --resume", "does not fit this run's networks"], ""),
+    ("resume-while-running", _resume(), _running,
+     ["bad --logdir", "another process is writing this run now"], ""),
     ("resume-other-logdir", lambda t: _resume()(t) + ["--logdir", str(t / "elsewhere")], None,
      ["bad --logdir", "a resumed run continues in its own folder"], ""),
 ]
@@ -224,6 +233,8 @@ def test_bad_input_in_process(tmp_path, base_run, capsys, case, args, prepare, p
     assert code == 2
     _check_error(capsys.readouterr().err, parts)
     assert _tree_hashes(tmp_path) == before  # nothing created, changed or deleted
+    while _HELD:
+        _HELD.pop().release()
 
 
 def _run_cli(args, extra_env=None):

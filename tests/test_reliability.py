@@ -216,3 +216,17 @@ def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
     assert final["resumed_from_update"] == summary["updates"]
     updates = [int(r["update"]) for r in metric_rows(logdir)]
     assert updates == sorted(set(updates)) and updates[-1] == 400
+
+
+def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch):
+    """Host envs cannot be saved: only the actor's key is; the resumed run restarts the envs and finishes."""
+    cfg = dict(env="envpool:CartPole-v1", total_steps=4 * 16 * 6, num_envs=4, rollout_length=16,
+               compressor="mask:0.5")
+    logdir = tmp_path / "run"
+    hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    first = loop.train(tiny(logdir, **cfg))
+    assert first["stopped"] == "interrupted" and first["updates"] == 3
+    monkeypatch.undo()
+    summary = loop.train(tiny(None, resume=str(logdir), **cfg))
+    assert summary["stopped"] is None and summary["updates"] == 6 and summary["total_env_steps"] == 4 * 16 * 6
+    assert list(checkpoint.read_leaves(str(logdir), 6))[-1] == ".actor"  # the key, not the host env state
