@@ -255,11 +255,11 @@ class Checkpointer:
           ConfigError: if the checkpoint's leaves do not match ``template`` (a different network,
             compressor or environment), or if its data is damaged (unreadable or SHA-256 mismatch).
         """
+        _ignore_closed_loop_callbacks()  # before reading: the reports can come while the error is raised
         try:
             return self._restore(point, template)
         except ConfigError:
             self.close()  # an open manager left to interpreter shutdown prints asyncio tracebacks
-            _ignore_closed_loop_callbacks()
             raise
 
     def _restore(self, point: ResumePoint, template: TrainState) -> tuple[TrainState, dict]:

@@ -253,8 +253,8 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     if stopped == "interrupted" and completed == start_update:
         monitor.close()
         lock.release()
+        saver.close()
         if start_update == 0:
-            saver.close()
             checkpoint.remove_run(logdir)  # nothing ran: free the folder for a rerun
             monitor.discard()
         raise Interrupted(stop.requested)

@@ -174,7 +174,7 @@ def test_stop_signals_first_requests_second_abandons():
 
 def _start_cli(logdir, *extra):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    args = ["--total-steps", str(8 * 8 * 400), "--num-envs", "8", "--rollout-length", "8", "--log-every", "2",
+    args = ["--total-steps", str(8 * 8 * 200), "--num-envs", "8", "--rollout-length", "8", "--log-every", "2",
             "--checkpoint-every", "0", "--no-progress", *extra]
     return subprocess.Popen([sys.executable, "-m", "accerl_jax.train", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args
@@ -201,7 +201,7 @@ def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
     assert f"interrupted by {signal.Signals(signum).name}" in err and "Traceback" not in err
     with open(os.path.join(logdir, "summary.json")) as f:
         summary = json.load(f)
-    assert summary["stopped"] == "interrupted" and 2 <= summary["updates"] < 400
+    assert summary["stopped"] == "interrupted" and 2 <= summary["updates"] < 200
     assert steps(logdir) == [summary["updates"]]
     assert int(metric_rows(logdir)[-1]["update"]) == summary["updates"]  # logs flushed to the last update
     if signum != signal.SIGTERM:
@@ -212,10 +212,10 @@ def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
     assert done.returncode == 0, done.stderr[-3000:]
     with open(os.path.join(logdir, "summary.json")) as f:
         final = json.load(f)
-    assert final["updates"] == 400 and final["total_env_steps"] == 8 * 8 * 400
+    assert final["updates"] == 200 and final["total_env_steps"] == 8 * 8 * 200
     assert final["resumed_from_update"] == summary["updates"]
     updates = [int(r["update"]) for r in metric_rows(logdir)]
-    assert updates == sorted(set(updates)) and updates[-1] == 400
+    assert updates == sorted(set(updates)) and updates[-1] == 200
 
 
 def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch):
