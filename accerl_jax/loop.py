@@ -185,10 +185,14 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     logged = start_update  # the last update written to metrics.csv
 
     def save(step: int) -> None:
-        saver.save(step, snapshot, {
-            "completed": step, "monitor": monitor.state_dict(), "env_calibration": env_calibration,
-            "skipped_updates": guard.skipped, "wall_time_s": time.perf_counter() - wall_start,
-        })
+        deferring, stop.deferring = stop.deferring, True  # a signal never cuts a checkpoint write short
+        try:
+            saver.save(step, snapshot, {
+                "completed": step, "monitor": monitor.state_dict(), "env_calibration": env_calibration,
+                "skipped_updates": guard.skipped, "wall_time_s": time.perf_counter() - wall_start,
+            })
+        finally:
+            stop.deferring = deferring
 
     def log(it: int, metrics: dict) -> dict:
         held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
