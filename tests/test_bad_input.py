@@ -217,21 +217,22 @@ def _prepare(tmp_path, base_run, prepare):
     return _tree_hashes(tmp_path)
 
 
-def _check_error(err: str, parts: list[str]) -> None:
+def _check_error(err: str, parts: list[str]) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     for part in parts:
         assert part in lines[0], (part, lines[0])
+    return lines[0]
 
 
 @pytest.mark.parametrize("case, args, prepare, parts, mode", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_in_process(tmp_path, base_run, capsys, case, args, prepare, parts, mode):
+def test_bad_input_in_process(tmp_path, base_run, capsys, record_property, case, args, prepare, parts, mode):
     before = _prepare(tmp_path, base_run, prepare)
     capsys.readouterr()
     code = train.main(COMMON + args(tmp_path))
     assert code == 2
-    _check_error(capsys.readouterr().err, parts)
+    record_property("error", _check_error(capsys.readouterr().err, parts))  # in --junitxml reports
     assert _tree_hashes(tmp_path) == before  # nothing created, changed or deleted
     while _HELD:
         _HELD.pop().release()
