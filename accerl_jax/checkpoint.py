@@ -27,7 +27,6 @@ import contextlib
 import csv
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import time
