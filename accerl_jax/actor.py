@@ -46,8 +46,8 @@ def random_action(info, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Uniform-random actions for ``info.num_envs`` envs (the env-only ceiling) and their log-probs."""
     b = info.num_envs
     if info.continuous:
-        low, high = jnp.asarray(info.action_low), jnp.asarray(info.action_high)
-        action = jax.random.uniform(key, (b, info.action_dim), jnp.float32, low, high)
+        low, high = jnp.asarray(info.action_low)[None], jnp.asarray(info.action_high)[None]
+        action = low + (high - low) * jax.random.uniform(key, (b, info.action_dim), jnp.float32)
         return action, jnp.full((b,), -jnp.sum(jnp.log(high - low)), jnp.float32)
     action = jax.random.randint(key, (b,), 0, info.num_actions)
     return action, jnp.full(action.shape, -jnp.log(info.num_actions), jnp.float32)

@@ -80,7 +80,8 @@ class GymnaxEnv:
         """Step all ``B`` environments with ``action [B]`` int32 (or ``[B, D]`` float32, clipped to the
         bounds); auto-resets finished episodes."""
         if self.info.continuous:
-            action = jnp.clip(action, jnp.asarray(self.info.action_low), jnp.asarray(self.info.action_high))
+            low, high = jnp.asarray(self.info.action_low)[None], jnp.asarray(self.info.action_high)[None]
+            action = jnp.clip(action, low, high)
         key, sub = jax.random.split(state.key)
         keys = jax.random.split(sub, self.info.num_envs)
         obs, env_state, reward, terminated, truncated, info = jax.vmap(
