@@ -254,8 +254,10 @@ def make_update(
     """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``.
 
     Args:
-      apply: learner network apply function.
-      optimizer: optax transformation.
+      apply: learner network apply function; for ``cfg.corrector == "retrace"`` the one that also returns
+        Q (:func:`accerl_jax.networks.make_apply_with_q`).
+      optimizer: optax transformation (its schedule counts optimizer steps: ``cfg.optimizer_steps`` per
+        rollout).
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
       family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
