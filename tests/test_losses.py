@@ -128,7 +128,7 @@ def test_value_loss_gradient_only_through_the_regressed_value(name):
         targets_sum = float(fn(params, batch, cfg)[1]["vs"])
         a = np.asarray(batch.action).ravel()
         expected = np.zeros_like(g)
-        # G per row: recover from the gradient of the target sum? Use the identity sum_s (Q - G) = grad sum.
+        # Summed over rows, the gradient is sum_s (Q(x_s, a_s) - G_s): the targets enter as constants.
         np.testing.assert_allclose(g[obs, a].sum(), q_all[obs, a].sum() - targets_sum, rtol=1e-5, atol=1e-5)
         expected[obs, a] = g[obs, a]
         np.testing.assert_array_equal(g, expected)  # no gradient on untaken actions or next states
