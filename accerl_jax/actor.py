@@ -9,29 +9,48 @@ Two ways to run, one output (:class:`accerl_jax.types.Rollout`, ``[T, B, ...]``)
 * :class:`HostActor` -- host (envpool) environments: a jitted policy call and a host ``step`` per time
   step; both parts are timed directly.
 
-Actions are sampled from ``softmax(logits)``; the behaviour log-probability ``log μ(a|x)`` is stored.
+Actions are sampled from ``softmax(logits)`` (or, for continuous actions, from the diagonal Gaussian
+of :func:`accerl_jax.networks.policy_distribution`); the behaviour log-probability ``log μ(a|x)`` is stored.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax import xla
+from accerl_jax.networks import policy_distribution
 from accerl_jax.types import ApplyFn, Rollout, Transition
 
 
-def sample_action(apply: ApplyFn, params, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Sample ``a ~ softmax(logits)`` (distrax); returns ``(action [B] int32, log_prob [B] float32)``."""
-    logits, _ = apply(params, obs)
-    pi = distrax.Categorical(logits=logits)
+def sample_action(
+    apply: ApplyFn, params, obs: jax.Array, key: jax.Array, continuous: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """Sample ``a ~ softmax(logits)`` (distrax); returns ``(action [B] int32, log_prob [B] float32)``.
+
+    With ``continuous``, samples the diagonal Gaussian instead: ``(action [B, D] float32, log_prob [B])``,
+    the log-prob summed over the ``D`` dimensions.
+    """
+    out = apply(params, obs)[0]
+    pi = policy_distribution(out, continuous)
     # sample + log_prob, not sample_and_log_prob: the latter relies on rank promotion, which our tests forbid.
     action = pi.sample(seed=key)
-    return action.astype(jnp.int32), pi.log_prob(action)
+    action = action.astype(jnp.float32) if continuous else action.astype(jnp.int32)
+    return action, pi.log_prob(action)
+
+
+def random_action(info, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Uniform-random actions for ``info.num_envs`` envs (the env-only ceiling) and their log-probs."""
+    b = info.num_envs
+    if info.continuous:
+        low, high = jnp.asarray(info.action_low)[None], jnp.asarray(info.action_high)[None]
+        action = low + (high - low) * jax.random.uniform(key, (b, info.action_dim), jnp.float32)
+        return action, jnp.full((b,), -jnp.sum(jnp.log(high - low)), jnp.float32)
+    action = jax.random.randint(key, (b,), 0, info.num_actions)
+    return action, jnp.full(action.shape, -jnp.log(info.num_actions), jnp.float32)
 
 
 def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:
@@ -74,10 +93,9 @@ class AnakinActor:
             def step(c: ActorCarry, _):
                 key, sub = jax.random.split(c.key)
                 if random_actions:
-                    action = jax.random.randint(sub, (env.info.num_envs,), 0, env.info.num_actions)
-                    log_prob = jnp.full(action.shape, -jnp.log(env.info.num_actions), jnp.float32)
+                    action, log_prob = random_action(env.info, sub)
                 else:
-                    action, log_prob = sample_action(apply, params, c.obs, sub)
+                    action, log_prob = sample_action(apply, params, c.obs, sub, env.info.continuous)
                 env_state, tr = env.step(c.env_state, action)
                 return ActorCarry(env_state, tr.obs, key), (c.obs, action, log_prob, tr)
 
@@ -125,7 +143,7 @@ class HostActor:
 
         def policy(params, obs, key):
             key, sub = jax.random.split(key)
-            return (*sample_action(apply, params, obs, sub), key)
+            return (*sample_action(apply, params, obs, sub, env.info.continuous), key)
 
         # Key splitting lives inside the jitted call: one dispatch per step.
         self._policy = xla.jit(policy, family)

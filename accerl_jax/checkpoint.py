@@ -49,7 +49,7 @@ class TrainState(NamedTuple):
     """Everything on device that a run continues from (any pytrees; see the module docstring)."""
 
     learner: Any  # accerl_jax.learner.LearnerState
-    actor_params: Any  # parameters of the compressed policy the actor runs
+    actor_params: Any  # the last --policy-lag + 1 compressed parameter sets, oldest first (a tuple)
     compressor: Any  # compressor state, dict keyed by stage name
     actor: Any  # ActorCarry (jittable envs) or only its PRNG key (host envs)
 

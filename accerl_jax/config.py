@@ -14,7 +14,8 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass
 class Config:
-    """Train an IMPALA actor-critic whose actors run a compressed copy of the learner's policy (AcceRL)."""
+    """Train an actor-critic (IMPALA, Retrace or APPO) whose actors run a compressed copy of the learner's
+    policy (AcceRL)."""
 
     env: str = "gymnax:CartPole-v1"
     """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
@@ -23,7 +24,23 @@ class Config:
     """Actor policy compressor: 'none', 'mask:<sparsity>', 'fakequant:<bits>', 'distill:<tiny|small|half>',
     or a '+' chain such as 'distill:small+fakequant:8'."""
     corrector: str = "vtrace"
-    """Off-policy correction: 'vtrace' (IMPALA) or 'none' (no correction, ρ = 1)."""
+    """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
+    actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
+    or 'none' (no correction, ρ = 1)."""
+    loss: str = "actor-critic"
+    """Learner loss: 'actor-critic' (IMPALA's; with --corrector retrace, the Retrace actor-critic with a
+    Q head) or 'appo' (PPO's clipped surrogate on the corrector's advantages, --epochs passes of
+    --minibatches steps per rollout; not with retrace)."""
+    ppo_clip: float = 0.2
+    """APPO: the surrogate clips the ratio π/π_old to [1 - ε, 1 + ε]."""
+    epochs: int = 1
+    """APPO: passes over each rollout (1 with --loss actor-critic)."""
+    minibatches: int = 1
+    """APPO: minibatches (groups of whole trajectories) per pass; num-envs must be a multiple of
+    minibatches × devices (1 with --loss actor-critic)."""
+    policy_lag: int = 0
+    """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
+    before the latest (0: those made after the previous update)."""
     total_steps: int = 800_000
     """Training budget in agent steps, summed over all environments; rounded down to whole rollouts
     (num-envs × rollout-length steps each), at least one."""
@@ -41,9 +58,9 @@ class Config:
     discount: float = 0.99
     """Discount γ per agent step."""
     lambda_: float = 1.0
-    """V-trace λ."""
+    """Trace λ of the corrector (V-trace, Retrace, IS)."""
     clip_rho_threshold: float = 1.0
-    """V-trace ρ̄: clip of the importance ratio in the value targets."""
+    """ρ̄: clip of the importance ratio in the value targets (V-trace and IS)."""
     clip_pg_rho_threshold: float = 1.0
     """Clip of the importance ratio in the policy-gradient advantage."""
     entropy_coef: float = 0.01
@@ -119,6 +136,10 @@ def validate(cfg: Config) -> None:
         ("distill_steps", 0 <= cfg.distill_steps <= 10_000, "an integer in [0, 10000]"),
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
         ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
+        ("ppo_clip", 0.0 < cfg.ppo_clip < 1.0, "a number in (0, 1)"),
+        ("epochs", 0 < cfg.epochs <= 1000, "an integer in [1, 1000]"),
+        ("minibatches", 0 < cfg.minibatches <= 65536, "an integer in [1, 65536]"),
+        ("policy_lag", 0 <= cfg.policy_lag <= 1000, "an integer in [0, 1000]"),
         ("return_window", 0 < cfg.return_window <= 10_000_000, "an integer in [1, 10^7]"),
         ("checkpoint_every", 0 <= cfg.checkpoint_every <= big, "an integer in [0, 2^31) (0 = only at the end)"),
         ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),

@@ -1,10 +1,33 @@
-"""Learner: the IMPALA actor-critic loss on corrected targets, data-parallel over all local devices.
+"""Learner: actor-critic losses on corrected targets, data-parallel over all local devices.
 
-Loss per valid step s (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561, section 4):
+Three losses (``LossConfig.loss`` and ``LossConfig.corrector``):
 
-    -A_s log π(a_s|x_s)  +  c_v · ½ (v_s - V(x_s))²  -  c_H · H(π(·|x_s))
+* IMPALA actor-critic (``loss="actor-critic"`` with corrector ``vtrace``, ``is`` or ``none``), per valid
+  step s (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561, section 4):
 
-with (v_s, A_s) from the Corrector. Every term is a *masked* mean over valid steps taken across
+      -A_s log π(a_s|x_s)  +  c_v · ½ (v_s - V(x_s))²  -  c_H · H(π(·|x_s))
+
+  with (v_s, A_s) from the Corrector.
+* Retrace actor-critic (``loss="actor-critic"`` with corrector ``retrace``; discrete actions, a network
+  with a Q head): the Q critic is regressed to the Retrace targets G_s (Munos et al. 2016,
+  https://arxiv.org/abs/1606.02647), the policy follows the critic's advantage as ACER does (Wang et al.
+  2017, https://arxiv.org/abs/1611.01224, eq. 7's first term; no trust region, no bias-correction term,
+  which needs μ over all actions and the rollout stores μ of the taken action only):
+
+      -min(ρ̄_pg, ρ_s) (G_s - Σ_a π(a|x_s) Q(x_s, a)) log π(a_s|x_s)
+        + c_v · ½ [(G_s - Q(x_s, a_s))² + (Σ_a π(a|x_s) Q(x_s, a) - V(x_s))²]  -  c_H · H(π(·|x_s))
+
+  (the V head regresses to E_π Q, so ``apply(...)[1]`` stays a state value for the compressors).
+* APPO (``loss="appo"``, Sample Factory's asynchronous PPO, Petrenko et al. 2020,
+  https://arxiv.org/abs/2006.11751): targets (v_s, A_s) from the Corrector once per rollout with the
+  parameters θ_old the update starts from, then ``epochs`` passes of ``minibatches`` gradient steps on
+  PPO's clipped surrogate (Schulman et al. 2017, https://arxiv.org/abs/1707.06347, eq. 7) with
+  r_s = π_θ(a_s|x_s) / π_θold(a_s|x_s): the Corrector removes the actor's (compressed, stale) μ, the
+  clip keeps the epochs near θ_old. Minibatches are whole trajectories (columns of ``B``); each device
+  splits its own shard, and every minibatch's means are global (psum of sums over psum of counts).
+
+Continuous actions (a ``[T, B, D]`` float ``action``) use the diagonal Gaussian of
+:func:`accerl_jax.networks.policy_distribution`; log-probabilities are summed over the D dimensions. Every term is a *masked* mean over valid steps taken across
 devices as ``psum(sum) / psum(count)`` (docs/DESIGN.md), so one update on ``N`` devices equals the
 single-device update on the same batch. The batch axis ``B`` is sharded with ``jax.shard_map`` over a
 1-D mesh of all local devices; the gradient of the replicated parameters is summed over devices
@@ -15,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,17 +45,24 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from accerl_jax import corrector, xla
+from accerl_jax.networks import policy_distribution
 from accerl_jax.types import ApplyFn, Rollout
 
 AXIS = "batch"
+LOSSES = ("actor-critic", "appo")
 
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """Hyperparameters of the IMPALA loss.
+    """Hyperparameters of the learner's loss.
 
     Attributes:
-      corrector: ``"vtrace"`` or ``"none"``.
+      corrector: ``"vtrace"``, ``"retrace"``, ``"is"`` or ``"none"`` (:data:`accerl_jax.corrector.CORRECTORS`).
+      loss: ``"actor-critic"`` (IMPALA, or the Retrace actor-critic for ``corrector="retrace"``) or
+        ``"appo"`` (not with ``retrace``). See the module docstring.
+      ppo_clip: APPO's ε, the surrogate clips r_s to [1 - ε, 1 + ε].
+      epochs: APPO passes over each rollout.
+      minibatches: APPO minibatches per pass (per device: each device's share of ``B`` is split).
       discount: γ per agent step.
       lambda_: V-trace λ.
       clip_rho_threshold: ρ̄.
@@ -49,6 +78,28 @@ class LossConfig:
     clip_pg_rho_threshold: float = 1.0
     value_coef: float = 0.5
     entropy_coef: float = 0.01
+    loss: str = "actor-critic"
+    ppo_clip: float = 0.2
+    epochs: int = 1
+    minibatches: int = 1
+
+    def __post_init__(self):
+        if self.corrector not in corrector.CORRECTORS:
+            raise ValueError(f"unknown corrector {self.corrector!r}; expected one of {', '.join(corrector.CORRECTORS)}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
+        if self.loss == "appo" and self.corrector == "retrace":
+            raise ValueError("loss 'appo' needs state-value advantages; use corrector vtrace, is or none, "
+                             "not retrace (retrace trains a Q critic with loss 'actor-critic')")
+        if self.epochs < 1 or self.minibatches < 1:
+            raise ValueError(f"epochs and minibatches must be >= 1, got {self.epochs} and {self.minibatches}")
+        if self.loss != "appo" and (self.epochs, self.minibatches) != (1, 1):
+            raise ValueError("epochs and minibatches other than 1 need loss 'appo'")
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer (gradient) steps per rollout: ``epochs * minibatches``."""
+        return self.epochs * self.minibatches
 
 
 class LearnerState(NamedTuple):
@@ -57,23 +108,55 @@ class LearnerState(NamedTuple):
     step: jax.Array  # [] int32, updates taken
 
 
+def is_continuous(batch: Rollout) -> bool:
+    """True when the rollout's actions are continuous (float ``[T, B, D]``)."""
+    return bool(jnp.issubdtype(batch.action.dtype, jnp.floating))
+
+
 def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[jax.Array, dict]:
-    """Masked *sums* of the loss terms over a (local) ``[T, B]`` batch.
+    """Masked *sums* of the actor-critic loss terms over a (local) ``[T, B]`` batch.
+
+    ``apply`` is ``(params, obs) -> (policy_out, value)``, or ``-> (logits, value, q)``
+    (:func:`accerl_jax.networks.make_apply_with_q`) for ``cfg.corrector == "retrace"``.
 
     Returns:
       ``(count, sums)``: ``count`` [] float32 is the number of valid steps; ``sums`` maps
-      ``"pg"``, ``"value"``, ``"entropy"``, ``"rho"`` and ``"vs"`` to [] float32 sums over valid steps.
+      ``"pg"``, ``"value"``, ``"entropy"``, ``"rho"`` and ``"vs"`` to [] float32 sums over valid steps
+      (for retrace, ``"vs"`` sums the Retrace targets G_s).
+
+    Raises:
+      ValueError: for ``retrace`` with continuous actions.
     """
-    logits, v_tm1 = apply(params, batch.obs)
-    _, v_t = apply(params, batch.next_obs)
-    v_t = jax.lax.stop_gradient(v_t)
-    pi = distrax.Categorical(logits=logits)
+    if cfg.corrector == "retrace":
+        return _retrace_loss_sums(params, apply, batch, cfg)
+    continuous = is_continuous(batch)
+    out, v_tm1 = apply(params, batch.obs)[:2]
+    v_t = jax.lax.stop_gradient(apply(params, batch.next_obs)[1])
+    pi = policy_distribution(out, continuous)
     log_pi = pi.log_prob(batch.action)
     mask = batch.valid.astype(jnp.float32)
-    discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
-    done_t = jnp.logical_or(batch.terminated, batch.truncated)
     log_rho = jax.lax.stop_gradient(log_pi) - batch.log_prob
-    targets = corrector.correct(
+    targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)
+    entropy = pi.entropy()
+    sums = {
+        "pg": jnp.sum(mask * -targets.pg_advantage * log_pi),
+        "value": jnp.sum(mask * 0.5 * (targets.vs - v_tm1) ** 2),
+        "entropy": jnp.sum(mask * entropy),
+        "rho": jnp.sum(mask * jnp.exp(log_rho)),
+        "vs": jnp.sum(mask * targets.vs),
+    }
+    return jnp.sum(mask), sums
+
+
+def _discount_and_done(cfg: LossConfig, batch: Rollout):
+    discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
+    return discount_t, jnp.logical_or(batch.terminated, batch.truncated)
+
+
+def _value_targets(cfg: LossConfig, v_tm1, v_t, batch: Rollout, log_rho) -> corrector.VTraceOutput:
+    """(v_s, A_s) from the state-value corrector ``cfg.corrector``; constants (gradients stopped)."""
+    discount_t, done_t = _discount_and_done(cfg, batch)
+    return corrector.correct(
         cfg.corrector,
         jax.lax.stop_gradient(v_tm1),
         v_t,
@@ -85,13 +168,78 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
         clip_rho_threshold=cfg.clip_rho_threshold,
         clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
     )
-    entropy = pi.entropy()
+
+
+def _retrace_loss_sums(params, apply, batch: Rollout, cfg: LossConfig):
+    """Masked sums of the Retrace actor-critic loss (module docstring); ``apply`` returns Q as well."""
+    if is_continuous(batch):
+        raise ValueError("corrector 'retrace' supports discrete actions only (it needs Q over all actions)")
+    logits, v_tm1, q_tm1 = apply(params, batch.obs)
+    logits_t, _, q_t = jax.lax.stop_gradient(apply(params, batch.next_obs))
+    pi = policy_distribution(logits, False)
+    log_pi = pi.log_prob(batch.action)
+    log_pi_sg = jax.lax.stop_gradient(log_pi)
+    mask = batch.valid.astype(jnp.float32)
+    discount_t, done_t = _discount_and_done(cfg, batch)
+    # Row s bootstraps at x_{s+1}: the next row's action and behaviour prob (the last row's are unused:
+    # retrace cuts the trace there).
+    a_t = jnp.concatenate([batch.action[1:], batch.action[-1:]])
+    log_mu_t = jnp.concatenate([batch.log_prob[1:], jnp.zeros_like(batch.log_prob[-1:])])
+    pi_t = jax.nn.softmax(logits_t)
+    targets = corrector.retrace(
+        jax.lax.stop_gradient(q_tm1), q_t, batch.action, a_t, batch.reward, discount_t, pi_t,
+        jnp.exp(log_mu_t), done_t, lambda_=cfg.lambda_,
+    )
+    q_a = jnp.take_along_axis(q_tm1, batch.action[..., None], axis=-1)[..., 0]
+    v_pi = jax.lax.stop_gradient(jnp.sum(jax.nn.softmax(logits) * q_tm1, axis=-1))
+    log_rho = log_pi_sg - batch.log_prob
+    rho = jnp.exp(log_rho)
+    advantage = jax.lax.stop_gradient(jnp.minimum(cfg.clip_pg_rho_threshold, rho) * (targets - v_pi))
     sums = {
-        "pg": jnp.sum(mask * -targets.pg_advantage * log_pi),
-        "value": jnp.sum(mask * 0.5 * (targets.vs - v_tm1) ** 2),
-        "entropy": jnp.sum(mask * entropy),
-        "rho": jnp.sum(mask * jnp.exp(log_rho)),
-        "vs": jnp.sum(mask * targets.vs),
+        "pg": jnp.sum(mask * -advantage * log_pi),
+        "value": jnp.sum(mask * 0.5 * ((targets - q_a) ** 2 + (v_pi - v_tm1) ** 2)),
+        "entropy": jnp.sum(mask * pi.entropy()),
+        "rho": jnp.sum(mask * rho),
+        "vs": jnp.sum(mask * targets),
+    }
+    return jnp.sum(mask), sums
+
+
+class AppoTargets(NamedTuple):
+    """Per-rollout APPO targets, computed once with θ_old. Each ``[T, B]`` float32, gradients stopped."""
+
+    log_pi_old: jax.Array  # log π_θold(a_s|x_s)
+    vs: jax.Array  # value targets from the corrector
+    advantage: jax.Array  # policy-gradient advantages from the corrector
+    rho: jax.Array  # π_θold / μ
+
+
+def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> AppoTargets:
+    """The corrector's targets for APPO with the parameters the update starts from (θ_old)."""
+    out, v_tm1 = apply(params, batch.obs)[:2]
+    v_t = apply(params, batch.next_obs)[1]
+    log_pi = policy_distribution(out, is_continuous(batch)).log_prob(batch.action)
+    log_rho = log_pi - batch.log_prob
+    targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)
+    return jax.lax.stop_gradient(AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho)))
+
+
+def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg: LossConfig):
+    """Masked sums of APPO's loss on one (minibatch) ``[T, b]`` batch; keys as :func:`loss_sums`, with
+    ``"pg"`` the clipped surrogate -min(r A, clip(r, 1-ε, 1+ε) A) and ``"rho"`` the ratio r = π_θ/π_θold."""
+    out, v_tm1 = apply(params, batch.obs)[:2]
+    pi = policy_distribution(out, is_continuous(batch))
+    log_pi = pi.log_prob(batch.action)
+    ratio = jnp.exp(log_pi - old.log_pi_old)
+    clipped = jnp.clip(ratio, 1.0 - cfg.ppo_clip, 1.0 + cfg.ppo_clip)
+    surrogate = jnp.minimum(ratio * old.advantage, clipped * old.advantage)
+    mask = batch.valid.astype(jnp.float32)
+    sums = {
+        "pg": jnp.sum(mask * -surrogate),
+        "value": jnp.sum(mask * 0.5 * (old.vs - v_tm1) ** 2),
+        "entropy": jnp.sum(mask * pi.entropy()),
+        "rho": jnp.sum(mask * jax.lax.stop_gradient(ratio)),
+        "vs": jnp.sum(mask * old.vs),
     }
     return jnp.sum(mask), sums
 
@@ -106,24 +254,30 @@ def make_update(
     """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``.
 
     Args:
-      apply: learner network apply function.
-      optimizer: optax transformation.
+      apply: learner network apply function; for ``cfg.corrector == "retrace"`` the one that also returns
+        Q (:func:`accerl_jax.networks.make_apply_with_q`).
+      optimizer: optax transformation (its schedule counts optimizer steps: ``cfg.optimizer_steps`` per
+        rollout).
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
       family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
 
     Returns:
       ``update``: takes :class:`LearnerState` (replicated) and a :class:`Rollout` ``[T, B, ...]`` with
-      ``B`` divisible by the number of devices; returns the new state and a dict of [] float32 metrics
-      (``loss``, ``pg_loss``, ``value_loss``, ``entropy``, ``rho_mean``, ``vs_mean``, ``grad_norm``).
-      Raises ValueError (when called) if ``B`` is not divisible by the device count.
+      ``B`` divisible by the number of devices (times ``cfg.minibatches`` for APPO); returns the new state
+      and a dict of [] float32 metrics (``loss``, ``pg_loss``, ``value_loss``, ``entropy``, ``rho_mean``,
+      ``vs_mean``, ``grad_norm``; for APPO the means over its ``epochs * minibatches`` steps, and
+      ``rho_mean`` is the PPO ratio π_θ/π_θold). ``state.step`` counts optimizer steps.
+      Raises ValueError (when called) if ``B`` is not divisible as required.
     """
     mesh = mesh or make_mesh()
     n_dev = mesh.devices.size
 
-    def _local(state: LearnerState, batch: Rollout):
+    def _grad_step(state: LearnerState, sums_fn):
+        """One optimizer step on the global masked-mean loss of ``sums_fn(params) -> (count, sums)``."""
+
         def total_loss(params):
-            count, sums = loss_sums(params, apply, batch, cfg)
+            count, sums = sums_fn(params)
             count = jax.lax.psum(count, AXIS)
             count = jnp.maximum(count, 1.0)
             loss = (sums["pg"] + cfg.value_coef * sums["value"] - cfg.entropy_coef * sums["entropy"]) / count
@@ -146,6 +300,26 @@ def make_update(
         }
         return LearnerState(params, opt_state, state.step + 1), metrics
 
+    def _local(state: LearnerState, batch: Rollout):
+        if cfg.loss != "appo":
+            return _grad_step(state, lambda p: loss_sums(p, apply, batch, cfg))
+        old = appo_targets(state.params, apply, batch, cfg)
+        b_local = batch.action.shape[1]
+        mb = b_local // cfg.minibatches
+        # One permutation of this device's trajectories per epoch; the same key on every device is fine
+        # (each permutes its own shard).
+        key = jax.random.fold_in(jax.random.PRNGKey(0), state.step)
+        perms = jnp.stack([jax.random.permutation(k, b_local) for k in jax.random.split(key, cfg.epochs)])
+        idx = perms.reshape(cfg.epochs * cfg.minibatches, mb)
+
+        def step(st, cols):
+            take = lambda x: jnp.take(x, cols, axis=1)  # noqa: E731
+            sub, sub_old = jax.tree.map(take, batch), jax.tree.map(take, old)
+            return _grad_step(st, lambda p: appo_loss_sums(p, apply, sub, sub_old, cfg))
+
+        state, metrics = jax.lax.scan(step, state, idx)
+        return state, jax.tree.map(jnp.mean, metrics)
+
     batch_spec = P(None, AXIS)
     sharded = jax.shard_map(_local, mesh=mesh, in_specs=(P(), batch_spec), out_specs=(P(), P()))
     jitted = xla.jit(sharded, family)
@@ -154,6 +328,9 @@ def make_update(
         b = batch.action.shape[1]
         if b % n_dev:
             raise ValueError(f"batch size B={b} is not divisible by the {n_dev} learner devices; use a multiple of {n_dev}")
+        if b % (n_dev * cfg.minibatches):
+            raise ValueError(f"batch size B={b} is not divisible by {n_dev} devices x {cfg.minibatches} minibatches; "
+                             f"use a multiple of {n_dev * cfg.minibatches}")
         return jitted(state, batch)
 
     return update

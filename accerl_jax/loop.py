@@ -11,6 +11,7 @@ handling and the non-finite guard live in :mod:`~accerl_jax.checkpoint`, :mod:`~
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import time
@@ -29,7 +30,7 @@ from accerl_jax.compressor import make_compressor
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
-from accerl_jax.monitor import Monitor, is_run_file, policy_divergence
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
@@ -79,6 +80,44 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
+def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
+    """The learner's :class:`~accerl_jax.learner.LossConfig` for ``cfg``.
+
+    Raises:
+      ConfigError: for a bad ``--loss`` or a combination the losses do not accept (``appo`` with
+        ``retrace``; ``--epochs``/``--minibatches`` other than 1 without ``appo``).
+    """
+    if cfg.loss not in learner_lib.LOSSES:
+        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)}")
+    try:
+        return learner_lib.LossConfig(
+            corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
+            clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=cfg.loss, ppo_clip=cfg.ppo_clip,
+            epochs=cfg.epochs, minibatches=cfg.minibatches,
+        )
+    except ValueError as err:
+        raise ConfigError(f"bad --loss/--corrector combination: {err}") from None
+
+
+def check_action_space(cfg: Config, info) -> None:
+    """Reject what continuous actions do not support yet.
+
+    Raises:
+      ConfigError: ``--corrector retrace`` (needs a Q table over discrete actions) or a ``distill``
+        compressor (distillation of Gaussian policies is not implemented) on a continuous-action env.
+    """
+    if not info.continuous:
+        return
+    if cfg.corrector == "retrace":
+        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
+                          "all actions); this env has continuous actions; use vtrace, is or none")
+    kinds = [part.split(":")[0] for part in cfg.compressor.split("+")]
+    if "distill" in kinds:
+        raise ConfigError(f"bad --compressor {cfg.compressor!r} for {cfg.env}: distillation of continuous (Gaussian) "
+                          "policies is not supported yet; use none, mask:<sparsity> or fakequant:<bits>")
+
+
 def train(cfg: Config) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
 
@@ -99,6 +138,7 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     validate(cfg)
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
+    loss_cfg = make_loss_config(cfg)
     config_json = dataclasses.asdict(cfg)
     resume_point = None
     if cfg.resume is not None:
@@ -116,6 +156,10 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     n_dev = jax.local_device_count()
     if info.num_envs % n_dev:
         raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices")
+    if info.num_envs % (n_dev * cfg.minibatches):
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
+                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
+    check_action_space(cfg, info)
     steps_per_update = info.num_envs * cfg.rollout_length
     num_updates = max(1, cfg.total_steps // steps_per_update)
     if num_updates > MAX_UPDATES:
@@ -124,10 +168,12 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
         raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
                           "nothing to resume")
     try:
-        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
+        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first,
+                                     action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
     except ValueError as err:
         raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
     learner_apply = networks.make_apply(spec)
+    loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     try:
         compressor = make_compressor(
             cfg.compressor, spec, learner_apply,
@@ -142,25 +188,25 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
 
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = networks.init_params(spec, k_net)
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates)
+    # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates * loss_cfg.optimizer_steps)
     state = learner_lib.init_state(params, optimizer)
-    loss_cfg = learner_lib.LossConfig(
-        corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
-        clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
-        value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
-    )
-    update = learner_lib.make_update(learner_apply, optimizer, loss_cfg, family=spec.family)
+    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, family=spec.family)
     actor_apply = compressor.actor_apply(learner_apply)
     actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
     learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
     actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
+    divergence = gaussian_policy_divergence if info.continuous else policy_divergence
 
     saver = checkpoint.Checkpointer(logdir, cfg.keep_checkpoints, config_json)
     extra: dict = {}
     if resume_point is not None:
         carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
                           else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
-        template = checkpoint.TrainState(state, *jax.eval_shape(compressor.init, params, k_comp), carry_template)
+        actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp)
+        # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
+        n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
+        template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
         lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
@@ -196,7 +242,8 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
 
     def log(it: int, metrics: dict) -> dict:
         held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
-        metrics = dict(metrics, **policy_divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
+        # The divergence of the policy the actor runs next (stale by --policy-lag updates) from the learner's.
+        metrics = dict(metrics, **divergence(learner_logits(state.params, held), actor_logits(lagged[0], held)))
         if info.jittable:
             env_calibration.append(actor.time_env_only(carry))
             # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
@@ -209,16 +256,20 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
             with monitor.time("compress"):
                 actor_params, comp_state = compressor.init(params, k_comp)
                 jax.block_until_ready(actor_params)
+            lagged_params = (actor_params,)
             carry = actor.reset(k_actor)
         else:
-            state, actor_params, comp_state, carry = restored
+            state, lagged_params, comp_state, carry = restored
+            actor_params = lagged_params[-1]
             if not info.jittable:  # host envs cannot be saved: they restart, the actor's key continues
                 carry = actor.reset(k_actor)._replace(key=carry)
+        # The last policy_lag + 1 compressed parameter sets, oldest first; the actor runs the oldest.
+        lagged = collections.deque(lagged_params, maxlen=cfg.policy_lag + 1)
         # The last completed update's state: what a checkpoint saves, even if a later update is abandoned.
-        snapshot = checkpoint.TrainState(state, actor_params, comp_state, checkpoint.host_key_only(carry, info.jittable))
+        snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state, checkpoint.host_key_only(carry, info.jittable))
         for it in range(start_update + 1, num_updates + 1):
             with monitor.time("actor"):
-                carry, rollout, actor_times = actor.rollout(actor_params, carry)
+                carry, rollout, actor_times = actor.rollout(lagged[0], carry)
                 jax.block_until_ready(rollout)
             for stage in ("env", "inference"):
                 if f"{stage}_time_s" in actor_times:
@@ -230,11 +281,12 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
                 obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
+                lagged.append(actor_params)
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
             completed = it
             if bad is None:
-                snapshot = checkpoint.TrainState(state, actor_params, comp_state,
+                snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state,
                                                  checkpoint.host_key_only(carry, info.jittable))
             if bad is not None or it % cfg.log_every == 0 or it == num_updates:
                 metrics, logged = log(it, metrics), it
@@ -289,6 +341,8 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
         "env": cfg.env,
         "compressor": cfg.compressor,
         "corrector": cfg.corrector,
+        "loss": cfg.loss,
+        "policy_lag": cfg.policy_lag,
         "seed": cfg.seed,
         "num_envs": info.num_envs,
         "rollout_length": cfg.rollout_length,

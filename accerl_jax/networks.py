@@ -7,12 +7,21 @@
 
 A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
 students (:func:`student_spec`) without special network classes.
+
+Two optional extensions (issue 4), both off by default so discrete networks are unchanged:
+
+* ``q_head=True`` adds a Q head ``[..., A]`` (Retrace actor-critic). ``apply(params, obs)`` still returns
+  ``(logits, value)``; :func:`make_apply_with_q` returns ``(logits, value, q)`` from the same params.
+* ``action_dim=D > 0`` builds :class:`MLPGaussianActorCritic`, a diagonal Gaussian policy for continuous
+  actions; its policy output ``apply(params, obs)[0]`` is ``[..., 2D]``: the mean then the log-std
+  (read it with :func:`policy_distribution`).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Sequence
 
+import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -34,6 +43,9 @@ class NetworkSpec:
       num_actions: number of discrete actions ``A``.
       obs_shape: shape of one observation (without batch dims).
       channels_first: ``cnn`` only; True for envpool's ``[C, H, W]`` frames.
+      action_dim: ``D`` > 0 for a continuous action vector (diagonal Gaussian policy, ``mlp`` only);
+        0 for discrete actions.
+      q_head: add a Q head ``[..., A]`` (discrete only), for the Retrace actor-critic.
     """
 
     family: str
@@ -41,6 +53,8 @@ class NetworkSpec:
     num_actions: int
     obs_shape: tuple[int, ...]
     channels_first: bool = False
+    action_dim: int = 0
+    q_head: bool = False
 
 
 class MLPActorCritic(nn.Module):
@@ -54,6 +68,8 @@ class MLPActorCritic(nn.Module):
 
     widths: Sequence[int]
     num_actions: int
+    q_head: bool = False  # a Q head on the value torso (Retrace actor-critic)
+    return_q: bool = False  # also return Q: (logits, value, q)
 
     @nn.compact
     def __call__(self, obs):
@@ -65,7 +81,7 @@ class MLPActorCritic(nn.Module):
             v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
-        return logits, value[..., 0]
+        return _with_q(self, logits, value[..., 0], v)
 
 
 class CNNActorCritic(nn.Module):
@@ -77,6 +93,8 @@ class CNNActorCritic(nn.Module):
     widths: Sequence[int]
     num_actions: int
     channels_first: bool = False
+    q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
+    return_q: bool = False  # also return Q: (logits, value, q)
 
     @nn.compact
     def __call__(self, obs):
@@ -96,15 +114,86 @@ class CNNActorCritic(nn.Module):
         x = nn.relu(nn.Dense(d, kernel_init=init, name="dense_0")(x))
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
-        return logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
+        logits, value = logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
+        return _with_q(self, logits, value, x, batch_shape)
 
 
-def default_spec(obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False) -> NetworkSpec:
-    """The learner network for an observation shape: MLP(256, 256) for vectors, Nature CNN for images."""
+def _with_q(module: nn.Module, logits, value, torso, batch_shape=None):
+    """``(logits, value)``, plus the Q head's output when ``module.return_q`` (created when ``q_head``)."""
+    if not module.q_head:
+        return logits, value
+    q = nn.Dense(module.num_actions, kernel_init=nn.initializers.orthogonal(1.0), name="q_head")(torso)
+    if batch_shape is not None:
+        q = q.reshape(batch_shape + (module.num_actions,))
+    return (logits, value, q) if module.return_q else (logits, value)
+
+
+class MLPGaussianActorCritic(nn.Module):
+    """Diagonal Gaussian policy and value for continuous actions. ``obs [..., D_obs]`` ->
+    ``(policy_out [..., 2D], value [...])`` with ``policy_out = concat(mean, log_std)``.
+
+    The log-std is *state-independent*: one learned parameter per action dimension (``log_std``,
+    initialised to 0, i.e. std 1), broadcast over the batch, as cleanrl's and Sample Factory's continuous
+    PPO agents. The mean is unbounded; the env adapters clip actions to the bounds (the stored action and
+    its log-prob are the unclipped Gaussian sample). Torsos as :class:`MLPActorCritic`.
+    """
+
+    widths: Sequence[int]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs.astype(jnp.float32)
+        init = nn.initializers.orthogonal(np.sqrt(2))
+        pi, v = x, x
+        for i, w in enumerate(self.widths):
+            pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
+            v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+        mean = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
+        return jnp.concatenate([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-1), value[..., 0]
+
+
+def policy_distribution(policy_out: jax.Array, continuous: bool) -> distrax.Distribution:
+    """The policy a network's first output stands for.
+
+    Args:
+      policy_out: ``[..., A]`` logits (discrete) or ``[..., 2D]`` mean then log-std (continuous).
+      continuous: True for a diagonal Gaussian, False for a categorical.
+
+    Returns:
+      ``distrax.Categorical(logits)`` or ``distrax.MultivariateNormalDiag(mean, exp(log_std))``; the latter's
+      ``log_prob`` and ``entropy`` are sums over the ``D`` action dimensions.
+    """
+    if not continuous:
+        return distrax.Categorical(logits=policy_out)
+    mean, log_std = jnp.split(policy_out, 2, axis=-1)
+    return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+
+
+def default_spec(
+    obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False, *, action_dim: int = 0,
+    q_head: bool = False,
+) -> NetworkSpec:
+    """The learner network for an observation shape: MLP(256, 256) for vectors, Nature CNN for images.
+
+    ``action_dim`` > 0 asks for a Gaussian policy over ``action_dim`` continuous actions (vector
+    observations only); ``q_head`` for a Q head (discrete only).
+
+    Raises:
+      ValueError: for an observation rank other than 1 or 3, continuous actions with image
+        observations, or a Q head with continuous actions.
+    """
+    if action_dim and q_head:
+        raise ValueError("a Q head needs discrete actions; continuous actions have no finite Q table")
     if len(obs_shape) == 1:
-        return NetworkSpec("mlp", (256, 256), num_actions, tuple(obs_shape))
+        return NetworkSpec("mlp", (256, 256), num_actions, tuple(obs_shape), action_dim=action_dim, q_head=q_head)
     if len(obs_shape) == 3:
-        return NetworkSpec("cnn", (32, 64, 64, 512), num_actions, tuple(obs_shape), channels_first)
+        if action_dim:
+            raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "
+                             "Gaussian policies use the MLP (vector observations)")
+        return NetworkSpec("cnn", (32, 64, 64, 512), num_actions, tuple(obs_shape), channels_first, q_head=q_head)
     raise ValueError(f"no default network for observation shape {obs_shape}; expected rank 1 or 3")
 
 
@@ -120,16 +209,20 @@ def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
     return dataclasses.replace(spec, widths=tuple(max(4, int(round(w * m))) for w in spec.widths))
 
 
-def build(spec: NetworkSpec) -> nn.Module:
-    """The flax module for ``spec``.
+def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
+    """The flax module for ``spec`` (``return_q``: also return the Q head's output, see :func:`make_apply_with_q`).
 
     Raises:
-      ValueError: for an unknown family.
+      ValueError: for an unknown family, or a continuous ``cnn``.
     """
+    if spec.action_dim:
+        if spec.family != "mlp":
+            raise ValueError(f"continuous actions need the 'mlp' family, not {spec.family!r}")
+        return MLPGaussianActorCritic(spec.widths, spec.action_dim)
     if spec.family == "mlp":
-        return MLPActorCritic(spec.widths, spec.num_actions)
+        return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q)
     if spec.family == "cnn":
-        return CNNActorCritic(spec.widths, spec.num_actions, spec.channels_first)
+        return CNNActorCritic(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
     raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp' or 'cnn'")
 
 
@@ -141,8 +234,20 @@ def init_params(spec: NetworkSpec, key: jax.Array):
 
 
 def make_apply(spec: NetworkSpec) -> ApplyFn:
-    """``apply(params, obs) -> (logits, value)`` for ``build(spec)``."""
+    """``apply(params, obs) -> (logits, value)`` for ``build(spec)`` (``policy_out [..., 2D]`` for Gaussians)."""
     return build(spec).apply
+
+
+def make_apply_with_q(spec: NetworkSpec):
+    """``apply(params, obs) -> (logits, value, q [..., A])`` for a ``spec`` with ``q_head``; same params as
+    :func:`make_apply`.
+
+    Raises:
+      ValueError: if ``spec.q_head`` is False.
+    """
+    if not spec.q_head:
+        raise ValueError("make_apply_with_q needs a NetworkSpec with q_head=True")
+    return build(spec, return_q=True).apply
 
 
 def param_count(params) -> int:

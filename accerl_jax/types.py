@@ -49,8 +49,10 @@ class Rollout(NamedTuple):
 
     Attributes:
       obs: ``[T, B, *obs_shape]`` observation each action was taken at.
-      action: ``[T, B]`` int32 action taken.
-      log_prob: ``[T, B]`` float32 behaviour log-probability log μ(a|x) of ``action``.
+      action: ``[T, B]`` int32 action taken, or ``[T, B, D]`` float32 for continuous actions (the
+        unclipped Gaussian sample; the env adapter clips it to the bounds).
+      log_prob: ``[T, B]`` float32 behaviour log-probability log μ(a|x) of ``action`` (summed over the
+        ``D`` action dimensions for continuous actions).
       reward, terminated, truncated, valid, next_obs, episode_return, episode_length: as in
         :class:`Transition`, stacked over time.
     """

@@ -9,6 +9,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import rlax  # noqa: E402
+from rlax._src import multistep as rlax_multistep  # noqa: E402
 
 from accerl_jax import corrector  # noqa: E402
 
@@ -288,7 +289,7 @@ def test_correct_unknown_name_raises():
     with pytest.raises(ValueError, match="bogus") as err:
         corrector.correct("bogus", *inputs)
     assert "vtrace" in str(err.value)
-    assert set(corrector.CORRECTORS) == {"vtrace", "none"}
+    assert set(corrector.CORRECTORS) == {"vtrace", "retrace", "is", "none"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,6 +334,244 @@ def test_vtrace_single_rejects_wrong_rank_and_shapes():
 def test_correct_rejects_mismatched_shapes():
     inputs = list(_random_batch(seed=43))
     inputs[4] = jnp.zeros((T, B + 1), jnp.float32)
-    for name in corrector.CORRECTORS:
+    for name in corrector.VALUE_CORRECTORS:
         with pytest.raises(AssertionError):
             corrector.correct(name, *inputs)
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. Agreement with rlax on 200 random cases per function (λ and clips drawn per case).
+
+N_CASES = 200
+
+
+def _cases(seed, t=12, b=2, consistent=False):
+    """``N_CASES`` random ``[t, b]`` batches stacked on a leading case axis, with per-case λ and clips.
+
+    consistent: v_t[s] = v_tm1[s+1] (one value sequence per column), as rlax's ``values`` arguments need.
+    """
+    rng = np.random.default_rng(seed)
+    shape = (N_CASES, t, b)
+    values = rng.normal(size=(N_CASES, t + 1, b))
+    v_tm1, v_t = (values[:, :-1], values[:, 1:]) if consistent else (rng.normal(size=shape), rng.normal(size=shape))
+    r_t = rng.normal(size=shape)
+    discount_t = rng.uniform(0.5, 1.0, size=shape) * (rng.uniform(size=shape) > 0.15)
+    rho_tm1 = np.exp(rng.normal(scale=1.0, size=shape))
+    lam = rng.uniform(0.0, 1.0, size=N_CASES)
+    lam[:20] = 1.0
+    clip = rng.uniform(0.5, 3.0, size=N_CASES)
+    clip_pg = rng.uniform(0.5, 3.0, size=N_CASES)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return [f32(x) for x in (v_tm1, v_t, r_t, discount_t, rho_tm1, lam, clip, clip_pg)]
+
+
+def test_vtrace_agrees_with_rlax_on_200_random_cases():
+    v_tm1, v_t, r_t, discount_t, rho, lam, clip, clip_pg = _cases(101)
+    no_done = jnp.zeros(v_tm1.shape[1:], bool)
+
+    def ours(v_tm1, v_t, r_t, discount_t, rho, lam, clip, clip_pg):
+        out = corrector.vtrace(v_tm1, v_t, r_t, discount_t, rho, no_done, lambda_=lam,
+                               clip_rho_threshold=clip, clip_pg_rho_threshold=clip_pg)
+        return out.vs, out.pg_advantage
+
+    def ref(v_tm1, v_t, r_t, discount_t, rho, lam, clip, clip_pg):
+        fn = lambda *xs: rlax.vtrace_td_error_and_advantage(  # noqa: E731
+            *xs, lambda_=lam, clip_rho_threshold=clip, clip_pg_rho_threshold=clip_pg)
+        out = jax.vmap(fn, in_axes=1, out_axes=1)(v_tm1, v_t, r_t, discount_t, rho)
+        return out.errors + v_tm1, out.pg_advantage
+
+    args = (v_tm1, v_t, r_t, discount_t, rho, lam, clip, clip_pg)
+    got, want = jax.jit(jax.vmap(ours))(*args), jax.jit(jax.vmap(ref))(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-4, rtol=1e-4)
+
+
+def test_lambda_return_agrees_with_rlax_on_200_random_cases():
+    """ρ = 1 ("none", any log ρ): V-trace is the λ-return, rlax.lambda_returns."""
+    v_tm1, v_t, r_t, discount_t, rho, lam, _, _ = _cases(103, consistent=True)
+    no_done = jnp.zeros(v_tm1.shape[1:], bool)
+
+    def ours(v_tm1, v_t, r_t, discount_t, log_rho, lam):
+        return corrector.correct("none", v_tm1, v_t, r_t, discount_t, log_rho, no_done, lambda_=lam).vs
+
+    def ref(v_t, r_t, discount_t, lam):
+        fn = lambda r, d, v: rlax.lambda_returns(r, d, v, lambda_=lam)  # noqa: E731
+        return jax.vmap(fn, in_axes=1, out_axes=1)(r_t, discount_t, v_t)
+
+    got = jax.jit(jax.vmap(ours))(v_tm1, v_t, r_t, discount_t, jnp.log(rho), lam)
+    want = jax.jit(jax.vmap(ref))(v_t, r_t, discount_t, lam)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_importance_sampling_agrees_with_rlax_on_200_random_cases():
+    """rlax.importance_corrected_td_errors with the ratios clipped at ρ̄ (the truncation)."""
+    v_tm1, v_t, r_t, discount_t, rho, lam, clip, _ = _cases(107, consistent=True)
+    no_done = jnp.zeros(v_tm1.shape[1:], bool)
+
+    def ours(v_tm1, v_t, r_t, discount_t, rho, lam, clip):
+        return corrector.importance_sampling(v_tm1, v_t, r_t, discount_t, rho, no_done, lambda_=lam,
+                                             clip_rho_threshold=clip).vs
+
+    def ref(v_tm1, v_t, r_t, discount_t, rho, lam, clip):
+        values = jnp.concatenate([v_tm1, v_t[-1:]])
+        # rlax defines it but does not export it at the top level.
+        fn = lambda r, d, p, v: rlax_multistep.importance_corrected_td_errors(r, d, p, lam, v)  # noqa: E731
+        errors = jax.vmap(fn, in_axes=1, out_axes=1)(r_t, discount_t, jnp.minimum(clip, rho), values)
+        return errors + v_tm1
+
+    args = (v_tm1, v_t, r_t, discount_t, rho, lam, clip)
+    np.testing.assert_allclose(jax.jit(jax.vmap(ours))(*args), jax.jit(jax.vmap(ref))(*args), atol=1e-4, rtol=1e-4)
+
+
+def _retrace_cases(seed, t=10, b=2, a=3):
+    rng = np.random.default_rng(seed)
+    n = N_CASES
+    q_tm1 = rng.normal(size=(n, t, b, a))
+    q_t = rng.normal(size=(n, t, b, a))
+    a_tm1 = rng.integers(0, a, size=(n, t, b))
+    a_t = rng.integers(0, a, size=(n, t, b))
+    r_t = rng.normal(size=(n, t, b))
+    discount_t = rng.uniform(0.5, 1.0, size=(n, t, b)) * (rng.uniform(size=(n, t, b)) > 0.15)
+    logits = rng.normal(size=(n, t, b, a))
+    pi_t = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    mu_t = rng.uniform(0.05, 1.0, size=(n, t, b))
+    lam = rng.uniform(0.0, 1.0, size=n)
+    lam[:20] = 1.0
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    return (f32(q_tm1), f32(q_t), i32(a_tm1), i32(a_t), f32(r_t), f32(discount_t), f32(pi_t), f32(mu_t), f32(lam))
+
+
+def test_retrace_agrees_with_rlax_on_200_random_cases():
+    cases = _retrace_cases(109)
+    no_done = jnp.zeros(cases[2].shape[1:], bool)
+
+    def ours(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, lam):
+        return corrector.retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, no_done, lambda_=lam)
+
+    def ref(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, lam):
+        fn = lambda *xs: rlax.retrace(*xs, lambda_=lam, eps=0.0)  # noqa: E731
+        err = jax.vmap(fn, in_axes=1, out_axes=1)(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
+        return err + jnp.take_along_axis(q_tm1, a_tm1[..., None], axis=-1)[..., 0]
+
+    got, want = jax.jit(jax.vmap(ours))(*cases), jax.jit(jax.vmap(ref))(*cases)
+    assert got.shape == cases[2].shape
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. Episode boundaries for IS and Retrace; properties.
+
+
+@pytest.mark.parametrize("lambda_", [1.0, 0.8])
+def test_importance_sampling_concatenated_episodes_equal_separate(lambda_):
+    rng = np.random.default_rng(211)
+    ends = ("terminate", "truncate", "cut")
+    lengths = [5, 4, 6]
+    episodes = [_episode(rng, n, e) for n, e in zip(lengths, ends)]
+    kw = dict(lambda_=lambda_, clip_rho_threshold=2.0, clip_pg_rho_threshold=0.5)
+    whole = corrector.importance_sampling_single(*_concat(episodes), **kw)
+    start = 0
+    for ep, n in zip(episodes, lengths):
+        alone = corrector.importance_sampling_single(*ep, **kw)
+        np.testing.assert_allclose(whole.vs[start:start + n], alone.vs, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(whole.pg_advantage[start:start + n], alone.pg_advantage, atol=1e-6, rtol=0)
+        start += n
+    # Truncation bootstraps from γ V(final obs); termination does not (discount 0).
+    v_tm1, v_t, r_t, discount_t, rho, _ = episodes[1]
+    k = lengths[1] - 1
+    expected = float(v_tm1[k]) + min(2.0, float(rho[k])) * float(r_t[k] + discount_t[k] * v_t[k] - v_tm1[k])
+    np.testing.assert_allclose(whole.vs[lengths[0] + k], expected, atol=1e-6)
+    v_tm1, v_t, r_t, _, rho, _ = episodes[0]
+    k = lengths[0] - 1
+    expected = float(v_tm1[k]) + min(2.0, float(rho[k])) * float(r_t[k] - v_tm1[k])
+    np.testing.assert_allclose(whole.vs[k], expected, atol=1e-6)
+
+
+def test_importance_sampling_equals_vtrace_at_unit_clip_and_differs_above():
+    inputs = _random_batch(seed=223, done=True)
+    v = corrector.vtrace(*inputs, lambda_=0.9)
+    i = corrector.importance_sampling(*inputs, lambda_=0.9)
+    np.testing.assert_allclose(i.vs, v.vs, atol=1e-5)
+    np.testing.assert_allclose(i.pg_advantage, v.pg_advantage, atol=1e-5)
+    v2 = corrector.vtrace(*inputs, lambda_=0.9, clip_rho_threshold=2.0)
+    i2 = corrector.importance_sampling(*inputs, lambda_=0.9, clip_rho_threshold=2.0)
+    assert np.max(np.abs(np.asarray(i2.vs - v2.vs))) > 1e-3
+
+
+def _retrace_episode(rng, length, end, a=3, gamma=0.95):
+    """One Retrace episode piece; q_t rows are Q of the next observation (the final one at the end)."""
+    qs = rng.normal(size=(length + 1, a))
+    actions = rng.integers(0, a, size=length + 1)
+    logits = rng.normal(size=(length + 1, a))
+    pis = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    mus = rng.uniform(0.05, 1.0, size=length + 1)
+    discount = np.full(length, gamma)
+    done = np.zeros(length)
+    if end in ("terminate", "truncate"):
+        done[-1] = 1.0
+    if end == "terminate":
+        discount[-1] = 0.0
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return [f32(qs[:-1]), f32(qs[1:]), jnp.asarray(actions[:-1], jnp.int32), jnp.asarray(actions[1:], jnp.int32),
+            f32(rng.normal(size=length)), f32(discount), f32(pis[1:]), f32(mus[1:]), f32(done)]
+
+
+@pytest.mark.parametrize("lambda_", [1.0, 0.7])
+@pytest.mark.parametrize("ends", [("terminate", "truncate", "cut"), ("truncate", "terminate")])
+def test_retrace_concatenated_episodes_equal_separate(lambda_, ends):
+    rng = np.random.default_rng(227)
+    lengths = [5, 4, 6][: len(ends)]
+    episodes = [_retrace_episode(rng, n, e) for n, e in zip(lengths, ends)]
+    whole = corrector.retrace_single(*_concat(episodes), lambda_=lambda_)
+    start = 0
+    for ep, n, end in zip(episodes, lengths, ends):
+        alone = corrector.retrace_single(*ep, lambda_=lambda_)
+        np.testing.assert_allclose(whole[start:start + n], alone, atol=1e-6, rtol=0)
+        q_t, r_t, discount_t, pi_t = ep[1], ep[4], ep[5], ep[6]
+        last = float(r_t[-1] + discount_t[-1] * jnp.sum(pi_t[-1] * q_t[-1]))
+        if end == "terminate":
+            last = float(r_t[-1])
+        np.testing.assert_allclose(whole[start + n - 1], last, atol=1e-6)
+        start += n
+
+
+def test_retrace_on_policy_lambda_one_is_expected_sarsa_mc():
+    """π = μ deterministic-in-effect (c = 1), λ = 1, termination at the end: the MC return."""
+    rng = np.random.default_rng(229)
+    n, a, gamma = 6, 3, 0.9
+    q_tm1, q_t, a_tm1, a_t, r_t, _, _, _, done = _retrace_episode(rng, n, "terminate", a=a)
+    pi_t = jax.nn.one_hot(a_t, a, dtype=jnp.float32)  # π puts all mass on the action μ took
+    mu_t = jnp.ones((n,), jnp.float32)
+    discount_t = jnp.where(jnp.arange(n) == n - 1, 0.0, gamma).astype(jnp.float32)
+    out = corrector.retrace_single(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, done, lambda_=1.0)
+    r = np.asarray(r_t, np.float64)
+    mc = np.array([sum(gamma ** (k - s) * r[k] for k in range(s, n)) for s in range(n)])
+    np.testing.assert_allclose(out, mc, atol=1e-5)
+
+
+def test_retrace_and_is_outputs_have_zero_gradient():
+    q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, _ = (x[0] for x in _retrace_cases(233))
+    done = jnp.zeros(a_tm1.shape, bool)
+    g = jax.grad(lambda q0, q1: jnp.sum(corrector.retrace(q0, q1, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, done)),
+                 argnums=(0, 1))(q_tm1, q_t)
+    for x in g:
+        np.testing.assert_array_equal(x, np.zeros_like(x))
+    inputs = _random_batch(seed=239, done=True)
+    g = jax.grad(lambda v0, v1: jnp.sum(corrector.importance_sampling(v0, v1, *inputs[2:]).vs),
+                 argnums=(0, 1))(*inputs[:2])
+    for x in g:
+        np.testing.assert_array_equal(x, np.zeros_like(x))
+
+
+def test_retrace_rejects_bad_shapes_and_correct_rejects_retrace():
+    cases = [x[0] for x in _retrace_cases(241)]
+    done = jnp.zeros(cases[2].shape, bool)
+    bad = list(cases[:8])
+    bad[6] = bad[6][..., :2]  # pi_t with the wrong number of actions
+    with pytest.raises(AssertionError):
+        corrector.retrace(*bad, done)
+    with pytest.raises(AssertionError):
+        corrector.retrace(*(x[:, 0] for x in cases[:8]), done[:, 0])  # rank too low for the batched form
+    with pytest.raises(ValueError, match="Q-values"):
+        corrector.correct("retrace", *_random_batch(seed=1))

@@ -129,6 +129,23 @@ def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypat
     assert float(metric_rows(logdir)[-1]["env_steps"]) == 8 * 8 * UPDATES
 
 
+def test_resume_with_policy_lag_keeps_the_stale_actor_params(tmp_path, monkeypatch):
+    """With --policy-lag 1 the actor runs the previous update's policy: a resume must restore both sets."""
+    straight = tmp_path / "straight"
+    ref = loop.train(tiny(straight, policy_lag=1, checkpoint_every=0))
+    logdir = tmp_path / "run"
+    hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    first = loop.train(tiny(logdir, policy_lag=1, checkpoint_every=0))
+    assert first["updates"] == 3 and steps(logdir) == [3]
+    monkeypatch.undo()
+    summary = loop.train(tiny(None, resume=str(logdir), policy_lag=1, checkpoint_every=0))
+    for key in SUMMARY_NUMBERS:
+        assert summary[key] == ref[key], key
+    leaves = checkpoint.read_leaves(str(logdir), UPDATES)
+    assert any(path.startswith(".actor_params[1]") for path in leaves)  # both actor parameter sets were saved
+    assert_same_leaves(leaves, checkpoint.read_leaves(str(straight), UPDATES))
+
+
 def test_keep_last_k_checkpoints(tmp_path):
     loop.train(tiny(tmp_path / "run", checkpoint_every=1, keep_checkpoints=2))
     assert steps(tmp_path / "run") == [7, 8]

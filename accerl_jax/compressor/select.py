@@ -4,7 +4,7 @@ The policy and value heads stay in float by default (docs/DESIGN.md, "Convention
 """
 from __future__ import annotations
 
-HEADS = ("policy_head", "value_head")
+HEADS = ("policy_head", "value_head", "q_head")
 
 
 def _key_name(k) -> str:

@@ -24,6 +24,12 @@ class EnvInfo:
       jittable: True when ``reset``/``step`` are pure JAX functions (may run inside ``lax.scan``);
         False for host environments stepped from Python.
       max_episode_steps: time limit, in agent steps.
+      action_shape: ``()`` for discrete actions; ``(D,)`` for a continuous action vector (then
+        ``num_actions`` is 0).
+      action_low, action_high: continuous only, the ``D`` per-dimension bounds (floats). The adapters
+        *clip* each action to them before stepping the environment; the actor stores the unclipped
+        sample and its log-prob, so the importance ratios stay those of the Gaussian (cleanrl's
+        ``ClipAction`` convention).
     """
 
     name: str
@@ -34,3 +40,16 @@ class EnvInfo:
     channels_first: bool
     jittable: bool
     max_episode_steps: int
+    action_shape: tuple[int, ...] = ()
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+    @property
+    def continuous(self) -> bool:
+        """True for a continuous action vector."""
+        return bool(self.action_shape)
+
+    @property
+    def action_dim(self) -> int:
+        """``D`` for continuous actions, 0 for discrete."""
+        return int(self.action_shape[0]) if self.action_shape else 0

@@ -33,7 +33,11 @@ class EnvpoolEnv:
     """``B`` envpool environments behind the adapter interface (not jittable).
 
     Raises:
-      ValueError: if ``env_id`` is not an envpool task or has a non-discrete action space.
+      ValueError: if ``env_id`` is not an envpool task, or its action space is neither discrete nor a
+        1-D box.
+
+    Continuous (box) actions (MuJoCo tasks such as ``HalfCheetah-v4``) are clipped to the space's bounds
+    before ``step``.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int):
@@ -49,8 +53,16 @@ class EnvpoolEnv:
         except Exception as err:  # envpool raises many kinds (bad seed, missing system libraries, ...)
             raise ValueError(f"cannot build envpool:{env_id} with {num_envs} envs, seed {seed}: {err}") from None
         space = self._env.action_space
-        if not hasattr(space, "n"):
-            raise ValueError(f"envpool:{env_id} has a continuous action space; only discrete actions are supported")
+        continuous = not hasattr(space, "n")
+        if continuous and len(getattr(space, "shape", ()) or ()) != 1:
+            raise ValueError(f"envpool:{env_id} has action space {space!r}; expected discrete or a 1-D box")
+        if continuous:
+            self._low = np.asarray(space.low, np.float32)
+            self._high = np.asarray(space.high, np.float32)
+            action = dict(num_actions=0, action_shape=(int(space.shape[0]),),
+                          action_low=tuple(map(float, self._low)), action_high=tuple(map(float, self._high)))
+        else:
+            action = dict(num_actions=int(space.n))
         obs_shape = getattr(self._env.observation_space, "shape", None)
         if not obs_shape:
             raise ValueError(f"envpool:{env_id} has a structured (dict/tuple) observation space; only array observations are supported")
@@ -64,10 +76,10 @@ class EnvpoolEnv:
             num_envs=num_envs,
             obs_shape=shape,
             obs_dtype=self._obs_dtype,
-            num_actions=int(space.n),
             channels_first=len(shape) == 3,
             jittable=False,
             max_episode_steps=int(self._env.spec.config.max_episode_steps),
+            **action,
         )
 
     def _cast(self, obs: np.ndarray) -> np.ndarray:
@@ -81,8 +93,13 @@ class EnvpoolEnv:
         return state, self._cast(obs)
 
     def step(self, state: EnvpoolState, action) -> tuple[EnvpoolState, Transition]:
-        """Step with ``action [B]`` int; returns numpy :class:`Transition` fields ``[B, ...]``."""
-        obs, reward, terminated, truncated, info = self._env.step(np.asarray(action, dtype=np.int32))
+        """Step with ``action [B]`` int (or ``[B, D]`` float, clipped to the bounds); returns numpy
+        :class:`Transition` fields ``[B, ...]``."""
+        if self.info.continuous:
+            action = np.clip(np.asarray(action, np.float32), self._low, self._high)
+        else:
+            action = np.asarray(action, dtype=np.int32)
+        obs, reward, terminated, truncated, info = self._env.step(action)
         if "terminated" in info:
             # Atari reports game over in info even when the time limit cut the same step (then envpool's
             # own flags say truncated only); a true termination must not bootstrap.

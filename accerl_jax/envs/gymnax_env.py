@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import gymnax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from accerl_jax.envs.base import EnvInfo
 from accerl_jax.types import Transition
@@ -27,8 +28,10 @@ class GymnaxEnv:
     """``B`` copies of a gymnax environment behind the adapter interface.
 
     Raises:
-      ValueError: if ``env_id`` is not a registered gymnax environment or has a non-discrete
-        action space.
+      ValueError: if ``env_id`` is not a registered gymnax environment, or its action space is neither
+        discrete nor a 1-D box.
+
+    Continuous (box) actions are clipped to the space's bounds before ``step``.
     """
 
     def __init__(self, env_id: str, num_envs: int):
@@ -42,18 +45,26 @@ class GymnaxEnv:
         except Exception as err:  # some gymnax envs download data at construction (e.g. MNISTBandit)
             raise ValueError(f"cannot build gymnax:{env_id}: {err}") from None
         space = self._env.action_space(self._params)
-        if not hasattr(space, "n"):
-            raise ValueError(f"gymnax:{env_id} has a continuous action space; only discrete actions are supported")
+        continuous = not hasattr(space, "n")
+        if continuous and len(getattr(space, "shape", ())) != 1:
+            raise ValueError(f"gymnax:{env_id} has action space {space!r}; expected discrete or a 1-D box")
+        if continuous:
+            dim = int(space.shape[0])
+            low = tuple(float(x) for x in np.broadcast_to(np.asarray(space.low, np.float32), (dim,)))
+            high = tuple(float(x) for x in np.broadcast_to(np.asarray(space.high, np.float32), (dim,)))
+            action = dict(num_actions=0, action_shape=(dim,), action_low=low, action_high=high)
+        else:
+            action = dict(num_actions=int(space.n))
         obs_space = self._env.observation_space(self._params)
         self.info = EnvInfo(
             name=f"gymnax:{env_id}",
             num_envs=num_envs,
             obs_shape=tuple(obs_space.shape),
             obs_dtype="float32",
-            num_actions=int(space.n),
             channels_first=False,
             jittable=True,
             max_episode_steps=int(self._params.max_steps_in_episode),
+            **action,
         )
 
     def reset(self, key: jax.Array) -> tuple[GymnaxState, jax.Array]:
@@ -66,7 +77,11 @@ class GymnaxEnv:
         return state, obs.astype(jnp.float32)
 
     def step(self, state: GymnaxState, action: jax.Array) -> tuple[GymnaxState, Transition]:
-        """Step all ``B`` environments with ``action [B]`` int32; auto-resets finished episodes."""
+        """Step all ``B`` environments with ``action [B]`` int32 (or ``[B, D]`` float32, clipped to the
+        bounds); auto-resets finished episodes."""
+        if self.info.continuous:
+            low, high = jnp.asarray(self.info.action_low)[None], jnp.asarray(self.info.action_high)[None]
+            action = jnp.clip(action, low, high)
         key, sub = jax.random.split(state.key)
         keys = jax.random.split(sub, self.info.num_envs)
         obs, env_state, reward, terminated, truncated, info = jax.vmap(

@@ -1,0 +1,112 @@
+"""Smoke tests of the main job with every corrector and loss (issue 4), continuous-action envs, the
+policy lag, and the combinations that are refused (ConfigError, exit 2, nothing written)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accerl_jax.config import Config, ConfigError
+from accerl_jax.envs import make_env
+from accerl_jax.loop import train
+from test_cli import check_outputs, run_cli
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--corrector", "retrace"),
+        ("--corrector", "is", "--clip-rho-threshold", "2.0", "--compressor", "mask:0.5"),
+        ("--loss", "appo", "--epochs", "2", "--minibatches", "2", "--compressor", "fakequant:8"),
+        ("--env", "gymnax:Pendulum-v1", "--compressor", "fakequant:8", "--loss", "appo", "--epochs", "2"),
+    ],
+    ids=["retrace", "is", "appo", "pendulum-appo"],
+)
+def test_cli_corrector_and_loss_smoke(tmp_path, args):
+    logdir = str(tmp_path / "run")
+    proc = run_cli("--total-steps", "1024", "--num-envs", "8", "--rollout-length", "16", "--log-every", "4",
+                   "--logdir", logdir, "--no-progress", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_outputs(logdir, 1024)
+    cfg = summary["config"]
+    assert summary["corrector"] == cfg["corrector"] and summary["loss"] == cfg["loss"]
+    assert np.isfinite(summary["kl_learner_actor"])
+    if "appo" in args:
+        assert summary["loss"] == "appo"
+    if "gymnax:Pendulum-v1" in args:
+        assert summary["episodes"] == 0 or summary["final_return_mean"] < 0  # Pendulum rewards are negative
+
+
+def test_cli_halfcheetah_smoke(tmp_path):
+    logdir = str(tmp_path / "run")
+    # 2 envs x 24 steps x 42 updates = 2016 steps: each env finishes one 1000-step (truncated) episode.
+    proc = run_cli("--env", "envpool:HalfCheetah-v4", "--compressor", "mask:0.5", "--total-steps", "2016",
+                   "--num-envs", "2", "--rollout-length", "24", "--log-every", "14", "--logdir", logdir,
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = check_outputs(logdir, 2016)
+    assert summary["episodes"] == 2
+    assert summary["learner_network"]["action_dim"] == 6
+
+
+def test_continuous_env_adapters_expose_bounds_and_clip():
+    import jax
+    import jax.numpy as jnp
+
+    env = make_env("gymnax:Pendulum-v1", 2)
+    info = env.info
+    assert info.continuous and info.action_shape == (1,) and info.num_actions == 0
+    assert info.action_low == (-2.0,) and info.action_high == (2.0,)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    _, big = env.step(state, jnp.full((2, 1), 100.0))
+    _, at_bound = env.step(state, jnp.full((2, 1), 2.0))
+    np.testing.assert_array_equal(big.obs, at_bound.obs)
+    np.testing.assert_array_equal(big.reward, at_bound.reward)
+    hc = make_env("envpool:HalfCheetah-v4", 2, seed=3)
+    assert hc.info.action_shape == (6,) and hc.info.action_low == (-1.0,) * 6 and hc.info.max_episode_steps == 1000
+    s, _ = hc.reset()
+    _, t_big = hc.step(s, np.full((2, 6), 50.0))
+    hc2 = make_env("envpool:HalfCheetah-v4", 2, seed=3)
+    s2, _ = hc2.reset()
+    _, t_bound = hc2.step(s2, np.full((2, 6), 1.0))
+    np.testing.assert_allclose(t_big.obs, t_bound.obs)
+    assert make_env("gymnax:CartPole-v1", 2).info.continuous is False
+
+
+def test_policy_lag_makes_the_actor_stale(tmp_path):
+    """With no compressor the actor's policy equals the learner's (KL 0) unless it lags an update."""
+    base = dict(total_steps=2048, num_envs=8, rollout_length=16, compressor="none", log_every=16, progress=False)
+    fresh = train(Config(**base, logdir=str(tmp_path / "lag0")))
+    stale = train(Config(**base, policy_lag=1, logdir=str(tmp_path / "lag1")))
+    assert fresh["kl_learner_actor"] == 0.0 and fresh["action_agreement"] == 1.0
+    assert stale["kl_learner_actor"] > 0.0 and stale["policy_lag"] == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(env="gymnax:Pendulum-v1", corrector="retrace", compressor="none"), "discrete actions"),
+        (dict(env="gymnax:Pendulum-v1"), "distillation of continuous"),
+        (dict(env="gymnax:Pendulum-v1", compressor="none+distill:small"), "distillation of continuous"),
+        (dict(loss="appo", corrector="retrace"), "retrace"),
+        (dict(loss="ppo"), "--loss"),
+        (dict(epochs=2), "appo"),
+        (dict(loss="appo", minibatches=3), "--minibatches 3"),
+        (dict(policy_lag=-1), "--policy-lag"),
+        (dict(ppo_clip=1.5), "--ppo-clip"),
+        (dict(corrector="retrace2"), "retrace"),
+    ],
+)
+def test_bad_combinations_raise_config_error_and_write_nothing(tmp_path, kwargs, message):
+    logdir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
+        train(Config(total_steps=256, num_envs=16, progress=False, logdir=str(logdir), **kwargs))
+    assert not logdir.exists()
+
+
+def test_cli_refused_combination_exits_2(tmp_path):
+    proc = run_cli("--env", "gymnax:Pendulum-v1", "--corrector", "retrace", "--logdir", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "retrace" in proc.stderr
+    help_text = run_cli("--help").stdout
+    for flag in ("--loss", "--policy-lag", "--epochs", "--minibatches", "--ppo-clip"):
+        assert flag in help_text, flag
