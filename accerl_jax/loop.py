@@ -28,6 +28,7 @@ from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, is_run_file, policy_divergence
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
+REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every refresh of the actor's policy
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 
@@ -73,8 +74,11 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
-def train(cfg: Config) -> dict:
+def train(cfg: Config, *, final: dict | None = None) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
+
+    ``final``, if given, is filled with ``learner_params``, ``actor_params`` and ``obs`` (the last
+    rollout's observations ``[T * B, *obs_shape]``), for experiments that study the trained policy.
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder), raised
@@ -107,6 +111,7 @@ def train(cfg: Config) -> dict:
         compressor = make_compressor(
             cfg.compressor, spec, learner_apply,
             distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
+            distill_async=cfg.distill_async,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -146,10 +151,10 @@ def train(cfg: Config) -> dict:
         return metrics
 
     try:
-        with monitor.time("compress"):
-            actor_params, comp_state = compressor.init(params, k_comp)
-            jax.block_until_ready(actor_params)
         carry = actor.reset(k_actor)
+        with monitor.time("compress"):  # first observations calibrate int8's activation ranges
+            actor_params, comp_state = compressor.init(params, k_comp, carry.obs)
+            jax.block_until_ready(actor_params)
         for it in range(1, num_updates + 1):
             with monitor.time("actor"):
                 carry, rollout, actor_times = actor.rollout(actor_params, carry)
@@ -162,8 +167,12 @@ def train(cfg: Config) -> dict:
                 jax.block_until_ready(state)
             with monitor.time("compress"):
                 obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
+                previous = actor_params
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
+            if actor_params is not previous:  # the actor's policy was refreshed: log its divergence
+                held = obs_flat[:REFRESH_SAMPLES]
+                monitor.log_refresh(it, policy_divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
             completed = it
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
@@ -194,6 +203,9 @@ def train(cfg: Config) -> dict:
                         "forward_batch": info.num_envs}
     finally:
         monitor.close()
+    if final is not None and rollout is not None:
+        final.update(learner_params=state.params, actor_params=actor_params,
+                     obs=rollout.obs.reshape((-1,) + info.obs_shape))
     times = monitor.times
     wall = time.perf_counter() - wall_start
     final = jax.device_get(metrics)
