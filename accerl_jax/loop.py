@@ -74,10 +74,10 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
-def train(cfg: Config, *, final: dict | None = None) -> dict:
+def train(cfg: Config, *, trained: dict | None = None) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
 
-    ``final``, if given, is filled with ``learner_params``, ``actor_params`` and ``obs`` (the last
+    ``trained``, if given, is filled with ``learner_params``, ``actor_params`` and ``obs`` (the last
     rollout's observations ``[T * B, *obs_shape]``), for experiments that study the trained policy.
 
     Raises:
@@ -203,8 +203,8 @@ def train(cfg: Config, *, final: dict | None = None) -> dict:
                         "forward_batch": info.num_envs}
     finally:
         monitor.close()
-    if final is not None and rollout is not None:
-        final.update(learner_params=state.params, actor_params=actor_params,
+    if trained is not None and rollout is not None:
+        trained.update(learner_params=state.params, actor_params=actor_params,
                      obs=rollout.obs.reshape((-1,) + info.obs_shape))
     times = monitor.times
     wall = time.perf_counter() - wall_start

@@ -10,9 +10,11 @@ For one environment and number of environments it
 3. builds each ``--methods`` compressor (``accerl_jax.compressor.make_compressor``), distilling
    students for ``--distill-steps`` gradient steps from the trained teacher;
 4. measures actor steps/s (env stepping + policy inference, the real Actor of ``accerl_jax.actor``) for
-   each method and for the no-policy ceiling (random actions), interleaved over ``--rounds`` rounds
-   (median), each method in the faster of the XLA:CPU configurations (for conv networks: default and
-   YNN fusion off; docs/DESIGN.md "A fair baseline" -- ``none`` included);
+   each method and for the no-policy ceiling (random actions), interleaved over ``--rounds`` rounds of
+   ``--repeats`` rollouts, each method in the faster of the XLA:CPU configurations (for conv networks:
+   default and YNN fusion off; docs/DESIGN.md "A fair baseline" -- ``none`` included). ``sps`` uses the
+   *fastest* rollout of each (the least disturbed by other jobs on a shared machine, as ``timeit``
+   advises); ``sps_median`` the median rollout;
 5. reports per method ``sps``, ``speedup_vs_none``, ``inference_share`` (share of the actor's time not
    spent stepping the environments), ``kl`` (KL(π_learner ‖ π_actor), nats) and ``agreement`` (greedy
    action) on the held observations, ``params``, ``bytes``, and the policy's forward speed alone vs
@@ -59,18 +61,25 @@ def trained_policy(args, spec: networks.NetworkSpec):
     target = networks.init_params(spec, jax.random.PRNGKey(0))
     if args.checkpoint and os.path.isdir(args.checkpoint):
         params = ocp.StandardCheckpointer().restore(os.path.abspath(args.checkpoint), target)
-        return params, {"restored_from": args.checkpoint}
+        info = {"restored_from": args.checkpoint}
+        if os.path.exists(args.checkpoint.rstrip("/") + ".json"):  # the training summary saved beside it
+            with open(args.checkpoint.rstrip("/") + ".json") as f:
+                info.update(json.load(f))
+        return params, info
     final: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(env=args.env, compressor="none", total_steps=args.train_steps, num_envs=args.train_envs,
                      seed=args.seed, logdir=os.path.join(tmp, "run"), progress=False, log_every=50)
-        summary = train(cfg, final=final)
+        summary = train(cfg, trained=final)
     if args.checkpoint:
         ckpt = ocp.StandardCheckpointer()
         ckpt.save(os.path.abspath(args.checkpoint), final["learner_params"])
         ckpt.wait_until_finished()
     keep = ("total_env_steps", "final_return_mean", "wall_time_s", "episodes", "num_envs")
-    return final["learner_params"], {k: summary[k] for k in keep}
+    info = {k: summary[k] for k in keep}
+    if args.checkpoint:
+        atomic_write_json(args.checkpoint.rstrip("/") + ".json", info)
+    return final["learner_params"], info
 
 
 def collect_obs(actor, params, key, rollouts: int, limit: int):
@@ -169,27 +178,25 @@ def main(argv=None) -> dict:
     random_rollout_seconds(env, teacher_actor, ceiling_carry, args.rollout_length)  # compile + warm up
     ceiling_t = []
     for _ in range(args.rounds):
-        ceiling_t.append(np.median([random_rollout_seconds(env, teacher_actor, ceiling_carry, args.rollout_length)
-                                    for _ in range(args.repeats)]))
+        ceiling_t += [random_rollout_seconds(env, teacher_actor, ceiling_carry, args.rollout_length)
+                      for _ in range(args.repeats)]
         for m, e in entries.items():
             for c, actor in e["actors"].items():
-                times = []
                 for _ in range(args.repeats):
                     start = time.perf_counter()
                     carries[(m, c)], r, _ = actor.rollout(e["params"], carries[(m, c)])
                     jax.block_until_ready(r)
-                    times.append(time.perf_counter() - start)
-                e["times"][c].append(float(np.median(times)))
+                    e["times"][c].append(time.perf_counter() - start)
     print(f"[{time.perf_counter() - t_start:6.0f}s] timed", flush=True)
 
     steps = args.num_envs * args.rollout_length
-    ceiling_s = float(np.median(ceiling_t))
+    ceiling_s = float(np.min(ceiling_t))
     obs_seq = held_obs[: (len(held_obs) // args.num_envs) * args.num_envs].reshape((-1, args.num_envs) + info.obs_shape)
     obs_seq = obs_seq[:4] if len(obs_seq) else held_obs[None, : args.num_envs]
     out = {"env": args.env, "num_envs": args.num_envs, "ceiling_sps": steps / ceiling_s, "methods": {}}
     for m, e in entries.items():
-        best = min(e["times"], key=lambda c: np.median(e["times"][c]))
-        sec = float(np.median(e["times"][best]))
+        best = min(e["times"], key=lambda c: np.min(e["times"][c]))
+        sec = float(np.min(e["times"][best]))
         fwd = speed.policy_speedup(learner_apply, teacher, e["apply"], e["params"], obs_seq, family=spec.family,
                                    rounds=2, repeats=3)
         out["methods"][m] = {
@@ -200,7 +207,8 @@ def main(argv=None) -> dict:
             "params": networks.param_count(e["params"]),
             "bytes": networks.param_bytes(e["params"]),
             "xla_config": best,
-            "sps_by_config": {c: steps / float(np.median(t)) for c, t in e["times"].items()},
+            "sps_median": steps / float(np.median(e["times"][best])),
+            "sps_by_config": {c: steps / float(np.min(t)) for c, t in e["times"].items()},
             "forward_speedup": fwd["actor_policy_speedup"],
             "forward_s": fwd["actor_forward_s"],
             "distill_steps": e["distill_steps"],
@@ -209,6 +217,7 @@ def main(argv=None) -> dict:
     for r in out["methods"].values():
         r["speedup_vs_none"] = r["sps"] / base
         r["share_of_ceiling"] = r["sps"] / out["ceiling_sps"]
+    out["ceiling_sps_median"] = steps / float(np.median(ceiling_t))
     out["setup"] = {
         "network": dataclasses.asdict(spec), "teacher": training, "rollout_length": args.rollout_length,
         "rounds": args.rounds, "repeats": args.repeats, "fit_samples": int(len(fit_obs)),
@@ -216,7 +225,8 @@ def main(argv=None) -> dict:
         "backend": jax.default_backend(), "jax": jax.__version__, "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "runtime_s": time.perf_counter() - t_start,
-        "note": "measured on a 2-core CPU shared with other jobs; ratios are from one process",
+        "note": "measured on a 2-core CPU shared with other jobs (load average ~5); sps from the fastest of "
+                "rounds x repeats interleaved rollouts, sps_median from the median; ratios are from one process",
     }
     write_outputs(out, args.out)
     print(markdown(out))

@@ -136,7 +136,7 @@ def test_out_of_range_settings_are_config_errors(tmp_path, field, value, message
 
 def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, monkeypatch):
     """int8 needs observations at init (the loop passes the first ones); every refresh of the actor's
-    policy logs KL/agreement; ``final`` returns the trained params."""
+    policy logs KL/agreement; ``trained`` returns the trained params."""
     refreshes = []
     real = loop.Monitor.log_refresh
 
@@ -146,7 +146,7 @@ def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, m
 
     monkeypatch.setattr(loop.Monitor, "log_refresh", spy)
     final: dict = {}
-    summary = loop.train(tiny(tmp_path, compressor="prune:0.5+int8"), final=final)
+    summary = loop.train(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
     assert summary["stopped"] is None
     assert [u for u, _, _ in refreshes] == list(range(1, summary["updates"] + 1))
     assert all(math.isfinite(kl) and kl >= -1e-6 and 0.0 <= a <= 1.0 for _, kl, a in refreshes)

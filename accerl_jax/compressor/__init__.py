@@ -104,7 +104,7 @@ def make_compressor(
         raise ValueError(f"bad --compressor {spec!r}: two quantizers ({' and '.join(quantizers)}); {_ORDER_RULE}")
     for i, (kind, part) in enumerate(zip(kinds, parts)):
         if kind == "none" or kind not in _RANK:
-            raise ValueError(f"bad --compressor {spec!r}: unknown stage {part!r}; {_EXPECTED}")
+            raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED}")
         if i and _RANK[roles[i]] <= _RANK[roles[i - 1]]:
             raise ValueError(f"bad --compressor {spec!r}: {part!r} cannot follow {parts[i - 1]!r}; {_ORDER_RULE}")
 
