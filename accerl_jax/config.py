@@ -62,7 +62,8 @@ class Config:
     """Adam learning rate of the distillation student."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
-    off by default: on a 2-core CPU it was not faster (experiments/distill_overlap.py)."""
+    off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:
+    the compress stage shrank, the actor and learner grew by as much)."""
     log_every: int = 10
     """Write metrics every this many learner updates."""
     return_window: int = 100
