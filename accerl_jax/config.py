@@ -21,8 +21,12 @@ class Config:
     """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
     (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
     compressor: str = "distill:small"
-    """Actor policy compressor: 'none', 'mask:<sparsity>', 'fakequant:<bits>', 'distill:<tiny|small|half>',
-    or a '+' chain such as 'distill:small+fakequant:8'."""
+    """Actor policy compressor: 'none'; 'distill:<tiny|small|half>' (distillation into a smaller student);
+    'prune:<fraction>' (structured pruning: a smaller network), 'prune:<f>+distill' (pruned, then
+    fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
+    global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',
+    'fakequant:<bits 2-8>'. Chain with '+': network stage, then mask, then one quantizer, e.g.
+    'distill:small+int8', 'prune:0.5+int8', 'mask:0.9+fakequant:8'."""
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
@@ -73,6 +77,10 @@ class Config:
     """Distillation gradient steps per learner update (distill compressors)."""
     distill_learning_rate: float = 1e-3
     """Adam learning rate of the distillation student."""
+    distill_async: bool = False
+    """Distil in a background thread beside the learner (the actor runs the last published student);
+    off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:
+    the compress stage shrank, the actor and learner grew by as much)."""
     log_every: int = 10
     """Write metrics every this many learner updates."""
     return_window: int = 100

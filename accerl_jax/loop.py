@@ -33,6 +33,7 @@ from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
+REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every refresh of the actor's policy
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 
@@ -118,8 +119,11 @@ def check_action_space(cfg: Config, info) -> None:
                           "policies is not supported yet; use none, mask:<sparsity> or fakequant:<bits>")
 
 
-def train(cfg: Config) -> dict:
+def train(cfg: Config, *, trained: dict | None = None) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
+
+    ``trained``, if given, is filled with ``learner_params``, ``actor_params`` and ``obs`` (the last
+    rollout's observations ``[T * B, *obs_shape]``), for experiments that study the trained policy.
 
     SIGINT/SIGTERM stop it at an update boundary (:mod:`accerl_jax.signals`); a checkpoint is saved and
     the summary has ``"stopped": "interrupted"`` and ``"exit_signal"``.
@@ -131,10 +135,10 @@ def train(cfg: Config) -> dict:
         run's folder is freed; a resumed run's checkpoints are untouched).
     """
     with StopSignals() as stop:
-        return _train(cfg, stop)
+        return _train(cfg, stop, trained)
 
 
-def _train(cfg: Config, stop: StopSignals) -> dict:
+def _train(cfg: Config, stop: StopSignals, trained: dict | None) -> dict:
     validate(cfg)
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
@@ -178,6 +182,7 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
         compressor = make_compressor(
             cfg.compressor, spec, learner_apply,
             distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
+            distill_async=cfg.distill_async,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -203,7 +208,8 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     if resume_point is not None:
         carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
                           else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
-        actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp)
+        obs_template = jax.ShapeDtypeStruct((info.num_envs,) + tuple(info.obs_shape), info.obs_dtype)
+        actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp, obs_template)
         # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
         n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
         template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
@@ -253,11 +259,11 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
 
     try:
         if resume_point is None:
-            with monitor.time("compress"):
-                actor_params, comp_state = compressor.init(params, k_comp)
+            carry = actor.reset(k_actor)
+            with monitor.time("compress"):  # first observations calibrate int8's activation ranges
+                actor_params, comp_state = compressor.init(params, k_comp, carry.obs)
                 jax.block_until_ready(actor_params)
             lagged_params = (actor_params,)
-            carry = actor.reset(k_actor)
         else:
             state, lagged_params, comp_state, carry = restored
             actor_params = lagged_params[-1]
@@ -279,9 +285,13 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
                 jax.block_until_ready(state)
             with monitor.time("compress"):
                 obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
+                previous = actor_params
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
                 lagged.append(actor_params)
+            if actor_params is not previous:  # the actor's policy was refreshed: log its divergence
+                held = obs_flat[:REFRESH_SAMPLES]
+                monitor.log_refresh(it, divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
             completed = it
@@ -334,6 +344,9 @@ def _train(cfg: Config, stop: StopSignals) -> dict:
     finally:
         monitor.close()
         saver.close()
+    if trained is not None and rollout is not None:
+        trained.update(learner_params=state.params, actor_params=actor_params,
+                       obs=rollout.obs.reshape((-1,) + info.obs_shape))
     times = monitor.times
     wall = time.perf_counter() - wall_start
     final = jax.device_get(metrics)

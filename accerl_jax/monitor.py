@@ -103,6 +103,7 @@ class Monitor:
         self.returns: collections.deque = collections.deque(maxlen=return_window)
         self.episodes = 0
         self.env_steps = 0
+        self.refreshes = 0  # refreshes of the actor's policy logged by log_refresh
         self.start = time.perf_counter()
         self._writer = SummaryWriter(logdir)
         # metrics.csv was created (claimed) by the loop before the Monitor starts; opened for writing here.
@@ -198,6 +199,14 @@ class Monitor:
             if k != "update" and np.isfinite(v):
                 self._writer.add_scalar(k, v, self.env_steps)
         self.progress()
+
+    def log_refresh(self, update: int, divergence: dict) -> None:
+        """Log KL(π_learner ‖ π_actor) and agreement at a refresh of the actor's policy (TensorBoard,
+        ``refresh/<name>``, against env steps); ``divergence`` as from :func:`policy_divergence`."""
+        self.refreshes += 1
+        for k, v in divergence.items():
+            self._writer.add_scalar(f"refresh/{k}", float(v), self.env_steps)
+        self._writer.add_scalar("refresh/update", update, self.env_steps)
 
     def progress(self) -> None:
         if self._progress is not None:

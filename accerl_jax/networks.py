@@ -209,6 +209,41 @@ def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
     return dataclasses.replace(spec, widths=tuple(max(4, int(round(w * m))) for w in spec.widths))
 
 
+def with_widths(spec: NetworkSpec, widths: Sequence[int]) -> NetworkSpec:
+    """``spec`` with other hidden ``widths`` (same family, actions and observations), e.g. a pruned network.
+
+    Raises:
+      ValueError: if the number of widths differs from ``spec``'s or a width is < 1.
+    """
+    widths = tuple(int(w) for w in widths)
+    if len(widths) != len(spec.widths) or min(widths) < 1:
+        raise ValueError(f"widths {widths} do not fit a {spec.family} network with widths {spec.widths}; "
+                         f"expected {len(spec.widths)} positive integers")
+    return dataclasses.replace(spec, widths=widths)
+
+
+def hidden_layers(spec: NetworkSpec) -> list[list[tuple[str, tuple[str, ...]]]]:
+    """The module names of ``build(spec)``'s hidden layers, one list per torso, in order.
+
+    Each entry is ``(layer, consumers)``: ``widths[i]`` is the output size of torso entry ``i``, and
+    ``consumers`` are the modules whose kernels read that output (the next layer, or the heads).
+    Structured pruning (``accerl_jax.compressor.prune``) removes output units of ``layer`` and the
+    matching input rows of every consumer.
+    """
+    n = len(spec.widths)
+    q = ("q_head",) if spec.q_head else ()  # the Q head reads the value torso (mlp) or the shared one (cnn)
+    if spec.family == "mlp":
+        return [
+            [(f"dense_{i}", (f"dense_{i + 1}",) if i + 1 < n else ("policy_head",)) for i in range(n)],
+            [(f"value_dense_{i}", (f"value_dense_{i + 1}",) if i + 1 < n else ("value_head",) + q)
+             for i in range(n)],
+        ]
+    if spec.family == "cnn":
+        return [[("conv_0", ("conv_1",)), ("conv_1", ("conv_2",)), ("conv_2", ("dense_0",)),
+                 ("dense_0", ("policy_head", "value_head") + q)]]
+    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp' or 'cnn'")
+
+
 def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
     """The flax module for ``spec`` (``return_q``: also return the Q head's output, see :func:`make_apply_with_q`).
 

@@ -1,6 +1,9 @@
-"""Tests for accerl_jax.compressor: a conformance table over every --compressor spec, fidelity of each
-stage (mask, fakequant, distill), the distillation loss by hand, and the spec parser's errors."""
+"""Tests for accerl_jax.compressor: a conformance table over every --compressor spec and advertised chain,
+fidelity of each stage (mask, prune, fakequant, int8, bf16, distill), masks through optimizers, the
+distillation loss by hand, checkpoint round-trips, and the spec parser's errors."""
 import functools
+import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -9,32 +12,55 @@ import pytest
 
 from accerl_jax import networks
 from accerl_jax.compressor import (
+    Bf16State,
     DistillState,
     FakeQuantState,
+    Int8State,
     MaskState,
+    PruneState,
     distillation_loss,
+    gradual_sparsity,
     magnitude_mask,
     make_compressor,
+    mask_updates,
 )
 
 SPECS = [
     "none",
     "mask:0.5",
     "mask:0.9",
+    "mask:0.9,global",
+    "mask:0.9,ramp=10",
+    "prune:0.5",
+    "prune:0.75",
+    "prune:0.5+distill",
     "fakequant:8",
     "fakequant:4",
+    "int8",
+    "int8:all",
+    "bf16",
     "distill:small",
     "distill:tiny",
+    # advertised chains
     "distill:small+fakequant:8",
+    "distill:small+int8",
+    "distill:small+bf16",
+    "prune:0.5+int8",
+    "prune:0.5+distill+int8",
     "mask:0.5+fakequant:8",
+    "mask:0.9+fakequant:8",
+    "mask:0.9+int8",
 ]
-CNN_SPECS = ["none", "mask:0.9", "fakequant:8", "distill:tiny"]
+CNN_SPECS = ["none", "mask:0.9", "prune:0.5", "fakequant:8", "int8", "bf16", "distill:tiny", "distill:tiny+int8"]
+ARCH_CHANGING = ("distill", "prune", "int8")  # stages whose actor params differ in structure from the learner's
 HEADS = ("policy_head", "value_head")
 N_OBS = 16
 
 
 def _stage_names(spec):
-    return [part.split(":")[0] for part in spec.split("+")]
+    """State keys of a chain: one per stage, except that 'prune:<f>+distill' is one 'distill' stage."""
+    names = [part.split(":")[0] for part in spec.split("+")]
+    return [n for i, n in enumerate(names) if not (n == "prune" and names[i + 1: i + 2] == ["distill"])]
 
 
 def _names(path):
@@ -119,7 +145,7 @@ def _check_policy_output(apply, params, obs, num_actions):
 def _conformance(spec, kind):
     net = _net(kind)
     c = _compressor(spec, kind)
-    actor_params, state = c.init(net.params, jax.random.PRNGKey(5))
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(5), net.obs)
     assert isinstance(state, dict)
     assert list(state) == _stage_names(spec)
     actor_apply = jax.jit(c.actor_apply(net.apply))
@@ -146,9 +172,13 @@ def _conformance(spec, kind):
         assert int(state["distill"].steps) == 0
         assert int(state2["distill"].steps) == 4  # distill_steps per compress call
         assert int(state3["distill"].steps) == 4
+        assert int(state2["distill"].version) == 1
         assert np.isfinite(float(state2["distill"].loss))
         assert networks.param_count(actor_params2) < networks.param_count(net.params)
-    else:
+    elif "prune" in state:
+        assert isinstance(state["prune"], PruneState)
+        assert networks.param_count(actor_params2) < networks.param_count(net.params)
+    elif not any(k in state for k in ARCH_CHANGING):
         # Weight compressors keep the learner's architecture and follow the learner's params.
         assert jax.tree.structure(actor_params) == jax.tree.structure(net.params)
         moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(actor_params), jax.tree.leaves(actor_params2))]
@@ -162,6 +192,19 @@ def _conformance(spec, kind):
         assert float(state2["fakequant"].max_abs_error) > 0.0
     if "mask" in state:
         assert isinstance(state["mask"], MaskState)
+    if "int8" in state:
+        assert isinstance(state["int8"], Int8State)
+        kernels = [x for x in jax.tree.leaves(actor_params2) if x.dtype == jnp.int8]
+        assert kernels  # real int8 weights
+        assert networks.param_bytes(actor_params2) < 2 * networks.param_count(actor_params2)  # ~1 byte a weight
+    if "bf16" in state:
+        assert isinstance(state["bf16"], Bf16State)
+        assert any(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(actor_params2))
+    if any(k in state for k in ("int8", "bf16", "fakequant", "mask")) and "distill" not in state:
+        # Weight-only compression (no student): the actor's policy stays close to the learner's.
+        ref = net.japply(new_params, net.obs)[0]
+        if "prune" not in state and spec not in ("fakequant:4",) and "0.9" not in spec:
+            assert _kl(ref, logits2) < 0.05, (spec, _kl(ref, logits2))
     if "distill" in state and "fakequant" in state:
         # The actor is the quantization of the *current* (just updated) student.
         _check_fakequant(state["distill"].student_params, actor_params, 8)
@@ -171,6 +214,26 @@ def _conformance(spec, kind):
 @pytest.mark.parametrize("spec", SPECS)
 def test_conformance_mlp(spec):
     _conformance(spec, "mlp")
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_state_checkpoint_round_trip(spec, tmp_path):
+    """The compressor state (masks, kept indices, int8 ranges, student + optimizer) survives orbax."""
+    import orbax.checkpoint as ocp
+
+    net = _net("mlp")
+    c = _compressor(spec, "mlp")
+    _, state = c.init(net.params, jax.random.PRNGKey(5), net.obs)
+    _, state = c.compress(jax.tree.map(lambda x: x * 1.01, net.params), state, net.obs)
+    path = os.path.join(str(tmp_path), "state")
+    ckpt = ocp.StandardCheckpointer()
+    ckpt.save(path, state)
+    ckpt.wait_until_finished()
+    restored = ckpt.restore(path, state)
+    assert jax.tree.structure(restored) == jax.tree.structure(state)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("spec", CNN_SPECS)
@@ -184,6 +247,7 @@ def test_conformance_atari_cnn(spec):
 
 
 # ------------------------------------------------------------------------------------------------ mask
+# (more: global scope, the gradual schedule and masks through optimizers, at the end of the file)
 
 
 def _check_mask(params, masked, masks, sparsity):
@@ -393,7 +457,21 @@ def test_distillation_loss_by_hand():
         ("fakequant:x", ["x"]),
         ("fakequant:8.5", ["8.5"]),
         ("distill:huge", ["huge"]),
-        ("fakequant:8+distill:small", ["distill", "first"]),
+        ("fakequant:8+distill:small", ["fakequant:8+distill:small", "cannot follow", "quantizer"]),
+        ("int8+prune:0.5", ["int8+prune:0.5", "cannot follow"]),
+        ("int8+mask:0.9", ["int8+mask:0.9", "cannot follow"]),
+        ("bf16+int8", ["bf16+int8", "two quantizers"]),
+        ("int8+fakequant:8", ["two quantizers"]),
+        ("mask:0.9+prune:0.5", ["cannot follow"]),
+        ("distill:small+prune:0.5", ["cannot follow"]),
+        ("distill", ["distill", "only follows prune"]),
+        ("mask:0.9+distill", ["cannot follow", "bare 'distill' fine-tune"]),
+        ("prune:1.0", ["1.0"]),
+        ("prune:x", ["x"]),
+        ("int8:x", ["int8:x"]),
+        ("bf16:2", ["bf16"]),
+        ("mask:0.9,local", ["local", "global"]),
+        ("mask:0.9,ramp=-1", ["-1"]),
         ("mask:0.5+mask:0.9", ["mask"]),
         ("bogus", ["bogus"]),
         ("none+mask:0.5", ["none"]),
@@ -408,3 +486,362 @@ def test_make_compressor_errors(spec, needles):
     msg = str(err.value)
     for needle in needles:
         assert needle in msg, (spec, msg)
+
+
+# ------------------------------------------------------------------------- mask: scope, schedule, optimizers
+
+
+def test_mask_zero_sparsity_is_identity():
+    net = _net("mlp")
+    c = make_compressor("mask:0", net.spec, net.apply)
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(0))
+    for a, b in zip(jax.tree.leaves(actor_params), jax.tree.leaves(net.params)):
+        np.testing.assert_array_equal(a, b)
+    assert float(state["mask"].sparsity) == 0.0
+
+
+def test_mask_global_uses_one_threshold():
+    net = _net("mlp")
+    # A layer with 3x larger weights keeps more of them under one global threshold.
+    params = jax.tree_util.tree_map_with_path(lambda p, x: x * 3.0 if "dense_1" in _names(p) else x, net.params)
+    c = _compressor("mask:0.9,global", "mlp")
+    actor_params, state = c.init(params, jax.random.PRNGKey(0))
+    kept, pruned, total = [], [], 0
+    for (path, w), m in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(state["mask"].masks)):
+        w, m = np.abs(np.asarray(w)), np.asarray(m)
+        if _hidden_kernel(path, w):
+            kept.append(w[m == 1])
+            pruned.append(w[m == 0])
+            total += w.size
+        else:
+            assert m.min() == 1.0
+    n_kept = sum(k.size for k in kept)
+    assert n_kept == round(0.1 * total)  # exact total count
+    assert np.concatenate(kept).min() >= np.concatenate(pruned).max()  # one threshold across layers
+    per_layer = [k.size / (k.size + p.size) for k, p in zip(kept, pruned)]
+    assert max(per_layer) > 0.2 and min(per_layer) < 0.1, per_layer  # pruned unevenly, unlike per layer
+
+
+def test_mask_gradual_schedule_follows_zhu_gupta():
+    ramp, final = 10, 0.9
+    expected = [final * (1 - (1 - min(t / ramp, 1.0)) ** 3) for t in range(14)]
+    np.testing.assert_allclose([float(gradual_sparsity(final, t, ramp)) for t in range(14)], expected, rtol=1e-6)
+    net = _net("mlp")
+    c = _compressor(f"mask:{final},ramp={ramp}", "mlp")
+    _, state = c.init(net.params, jax.random.PRNGKey(0))
+    achieved = [float(state["mask"].sparsity)]
+    for _ in range(12):
+        _, state = c.compress(net.params, state, None)
+        achieved.append(float(state["mask"].sparsity))
+    np.testing.assert_allclose(achieved, expected[:13], atol=2e-3)
+    assert int(state["mask"].step) == 13
+
+
+@pytest.mark.parametrize("opt_name", ["momentum", "adam"])
+def test_masks_stay_zero_through_optimizer(opt_name):
+    """Masking the update after the optimizer keeps pruned weights at exactly 0 over many steps, although
+    the optimizer's momentum for them is non-zero (the gradient itself is *not* masked)."""
+    import optax
+
+    net = _net("mlp")
+    _, state = _compressor("mask:0.9", "mlp").init(net.params, jax.random.PRNGKey(0))
+    masks = state["mask"].masks
+    base = optax.sgd(1e-2, momentum=0.9) if opt_name == "momentum" else optax.adam(1e-2)
+    opt = optax.chain(base, mask_updates(masks))
+    params = jax.tree.map(lambda w, m: w * m, net.params, masks)
+    opt_state = opt.init(params)
+    obs = jax.random.normal(jax.random.PRNGKey(3), (64, 4))
+
+    @jax.jit
+    def step(params, opt_state, i):
+        def loss(p):
+            logits, value = net.apply(p, obs)
+            return jnp.mean((value - jnp.sin(i)) ** 2) + jnp.mean(logits**2)
+
+        grads = jax.grad(loss)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, grads
+
+    start = params
+    for i in range(300):
+        params, opt_state, grads = step(params, opt_state, jnp.float32(i))
+    moved = 0
+    for (path, w), m, g, w0 in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(masks),
+                                   jax.tree.leaves(grads), jax.tree.leaves(start)):
+        w, m = np.asarray(w), np.asarray(m)
+        if _hidden_kernel(path, w):
+            assert np.all(w[m == 0] == 0.0), path  # exactly zero
+            assert np.any(np.asarray(g)[m == 0] != 0.0)  # ... although their gradient is not
+            moved += int(np.sum(w[m == 1] != np.asarray(w0)[m == 1]))
+    assert moved > 0  # the kept weights did train
+    # Without the mask transform the pruned weights regrow: the test can fail.
+    plain = base
+    p2, s2 = jax.tree.map(lambda w, m: w * m, net.params, masks), None
+    s2 = plain.init(p2)
+    g = jax.grad(lambda p: jnp.mean(net.apply(p, obs)[1] ** 2) + jnp.mean(net.apply(p, obs)[0] ** 2))(p2)
+    u, _ = plain.update(g, s2, p2)
+    regrown = [np.any(np.asarray(w)[np.asarray(m) == 0] != 0) for w, m in zip(jax.tree.leaves(optax.apply_updates(p2, u)), jax.tree.leaves(masks))]
+    assert any(regrown)
+
+
+# ----------------------------------------------------------------------------------------------- prune
+
+
+@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari"])
+def test_prune_zero_is_identity(kind):
+    net = _net(kind)
+    c = make_compressor("prune:0", net.spec, net.apply)
+    actor_params, _ = c.init(net.params, jax.random.PRNGKey(0))
+    assert jax.tree.structure(actor_params) == jax.tree.structure(net.params)
+    for a, b in zip(jax.tree.leaves(actor_params), jax.tree.leaves(net.params)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(jax.jit(c.actor_apply(net.apply))(actor_params, net.obs)[0],
+                                  net.japply(net.params, net.obs)[0])
+
+
+def _zero_units(params, spec, fraction, key):
+    """Zero the incoming weights and bias of a ``fraction`` of the units of every hidden layer."""
+    p = {k: dict(v) for k, v in params["params"].items()}
+    for torso in networks.hidden_layers(spec):
+        for layer, _ in torso:
+            n = p[layer]["kernel"].shape[-1]
+            key, sub = jax.random.split(key)
+            dead = jax.random.permutation(sub, n)[: int(round(fraction * n))]
+            p[layer]["kernel"] = p[layer]["kernel"].at[..., dead].set(0.0)
+            p[layer]["bias"] = p[layer]["bias"].at[dead].set(0.0)
+    return {"params": p}
+
+
+@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari"])
+def test_prune_removes_zero_units_without_changing_the_function(kind):
+    net = _net(kind)
+    params = _zero_units(net.params, net.spec, 0.5, jax.random.PRNGKey(7))
+    c = _compressor("prune:0.5", kind)
+    actor_params, state = c.init(params, jax.random.PRNGKey(0))
+    apply = jax.jit(c.actor_apply(net.apply))
+    assert networks.param_count(actor_params) < 0.4 * networks.param_count(params)
+    logits, value = apply(actor_params, net.obs)
+    ref_logits, ref_value = net.japply(params, net.obs)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-5, atol=1e-4)
+    # The removed units are exactly the zeroed ones.
+    for layer, idx in state["prune"].kept.items():
+        kernel = np.asarray(params["params"][layer]["kernel"])
+        alive = np.nonzero(np.abs(kernel.reshape(-1, kernel.shape[-1])).sum(0) > 0)[0]
+        np.testing.assert_array_equal(np.asarray(idx), alive)
+    # Pruning units that were *not* zero does change the function: the test can fail.
+    dense_actor, _ = c.init(net.params, jax.random.PRNGKey(0))
+    assert not np.allclose(apply(dense_actor, net.obs)[0], net.japply(net.params, net.obs)[0], atol=1e-4)
+
+
+def test_prune_keeps_highest_l1_units_and_shrinks_arrays():
+    net = _net("minatar")
+    c = _compressor("prune:0.75", "minatar")
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(0))
+    shapes = jax.tree.map(np.shape, actor_params)["params"]
+    assert shapes["conv_0"]["kernel"] == (3, 3, 4, 8)
+    assert shapes["conv_1"]["kernel"] == (3, 3, 8, 16)
+    assert shapes["dense_0"]["kernel"] == (4 * 4 * 16, 128)
+    assert shapes["policy_head"]["kernel"] == (128, 6)
+    # conv_1 is ranked after its inputs from the pruned conv_0 channels were removed.
+    k = np.asarray(net.params["params"]["conv_1"]["kernel"])[:, :, np.asarray(state["prune"].kept["conv_0"]), :]
+    b = np.asarray(net.params["params"]["conv_1"]["bias"])
+    l1 = np.abs(k.reshape(-1, k.shape[-1])).sum(0) + np.abs(b)
+    kept = np.asarray(state["prune"].kept["conv_1"])
+    assert l1[kept].min() >= np.delete(l1, kept).max()
+
+
+# ------------------------------------------------------------------------------------------------ int8
+
+
+def _np_int8_reference(params, quantized, calib_obs, obs):
+    """Static-range int8 MLP policy by hand (numpy float32) on ``obs``: weights per output channel at
+    absmax/127.5 (checked against the int8 weights qwix stored, which are then used: at exactly half a
+    step, the channel's largest weight, float rounding may go either way); one activation scale per layer
+    input, absmax/127.5 of that input in the *float* network on ``calib_obs``; int32 accumulation;
+    heads in float."""
+    p = jax.tree.map(lambda x: np.asarray(x, np.float32), params["params"])
+    bound = np.float32(127.5)
+
+    def layer(x, name, x_absmax=None):
+        w, b = p[name]["kernel"], p[name]["bias"]
+        if x_absmax is None:  # float
+            return x @ w + b
+        ws = np.abs(w).max(axis=0, keepdims=True) / bound
+        stored = quantized["params"][name]["kernel"].array
+        qw = np.asarray(stored.qvalue).astype(np.int32)
+        exact = np.clip(np.round(w / ws), -128, 127)
+        inside = np.abs(w / ws) < 127.4
+        np.testing.assert_array_equal(qw[inside], exact[inside])
+        assert np.abs(qw - exact).max() <= 1
+        np.testing.assert_allclose(np.asarray(stored.scale), ws, rtol=1e-6)
+        xs = np.float32(x_absmax) / bound
+        qx = np.clip(np.round(x / xs), -128, 127).astype(np.int32)
+        acc = qx @ qw  # int32 accumulation
+        assert acc.dtype == np.int32
+        return acc.astype(np.float32) * (xs * ws[0]) + b
+
+    c = np.asarray(calib_obs, np.float32)
+    h0 = np.maximum(layer(c, "dense_0"), 0)  # float pass on the calibration batch: activation ranges
+    x = np.asarray(obs, np.float32)
+    q0 = np.maximum(layer(x, "dense_0", np.abs(c).max()), 0)
+    q1 = np.maximum(layer(q0, "dense_1", np.abs(h0).max()), 0)
+    return layer(q1, "policy_head")
+
+
+def test_int8_matches_hand_written_static_quantization():
+    net = _net("mlp")
+    c = _compressor("int8", "mlp")
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(0), net.obs)
+    obs = 0.8 * jax.random.normal(jax.random.PRNGKey(21), net.obs.shape)  # other states, inside the range
+    logits = jax.jit(c.actor_apply(net.apply))(actor_params, obs)[0]
+    ref = _np_int8_reference(net.params, actor_params, net.obs, obs)
+    np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    float_logits = net.japply(net.params, obs)[0]
+    assert np.abs(float_logits - ref).max() > 1e-2  # the reference is really quantized
+    assert int(state["int8"].calibrations) == 1
+    assert float(state["int8"].act_absmax["dense_0"]) == pytest.approx(float(jnp.max(jnp.abs(net.obs))))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "minatar"])
+def test_int8_accumulates_in_int32(kind):
+    net = _net(kind)
+    c = _compressor("int8", kind)
+    actor_params, _ = c.init(net.params, jax.random.PRNGKey(0), net.obs)
+    jaxpr = jax.make_jaxpr(c.actor_apply(net.apply))(actor_params, net.obs)
+    ops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("dot_general", "conv_general_dilated")]
+    int_ops = [e for e in ops if all(v.aval.dtype == jnp.int8 for v in e.invars)]
+    assert int_ops and all(e.outvars[0].aval.dtype == jnp.int32 for e in int_ops)
+    float_ops = [e for e in ops if e not in int_ops]
+    assert len(float_ops) == 2  # the policy and value heads stay float by default
+    assert all(e.outvars[0].aval.dtype == jnp.float32 for e in float_ops)
+    # int8:all quantizes the heads too.
+    c_all = _compressor("int8:all", kind)
+    params_all, _ = c_all.init(net.params, jax.random.PRNGKey(0), net.obs)
+    eqns = jax.make_jaxpr(c_all.actor_apply(net.apply))(params_all, net.obs).jaxpr.eqns
+    assert all(e.outvars[0].aval.dtype == jnp.int32 for e in eqns if e.primitive.name in ("dot_general", "conv_general_dilated"))
+
+
+def test_int8_tiny_channel_does_not_collapse():
+    """Per-output-channel scales: a channel whose weights are 1e-6 of the others keeps its resolution."""
+    net = _net("mlp")
+    p = {k: dict(v) for k, v in net.params["params"].items()}
+    p["dense_1"]["kernel"] = p["dense_1"]["kernel"].at[:, 3].multiply(1e-6)
+    p["dense_1"]["bias"] = p["dense_1"]["bias"].at[3].set(0.0)
+    params = {"params": p}
+    c = _compressor("int8", "mlp")
+    actor_params, _ = c.init(params, jax.random.PRNGKey(0), net.obs)
+    q = actor_params["params"]["dense_1"]["kernel"].array
+    col = np.asarray(q.qvalue)[:, 3]
+    assert np.abs(col).max() == 127 and np.count_nonzero(col) > 0.5 * col.size
+    w = np.asarray(p["dense_1"]["kernel"][:, 3])
+    deq = col * np.asarray(q.scale)[0, 3]
+    assert np.abs(deq - w).max() <= np.abs(w).max() / 127.5 / 2 * 1.001
+    # A per-tensor scale would have rounded the whole channel to 0.
+    assert np.all(np.round(w / (np.abs(np.asarray(p["dense_1"]["kernel"])).max() / 127.5)) == 0)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "minatar"])
+def test_int8_error_bound(kind):
+    net = _net(kind)
+    c = _compressor("int8", kind)
+    actor_params, _ = c.init(net.params, jax.random.PRNGKey(0), net.obs)
+    logits, value = jax.jit(c.actor_apply(net.apply))(actor_params, net.obs)
+    ref_logits, ref_value = net.japply(net.params, net.obs)
+    assert float(jnp.max(jnp.abs(ref_logits))) > 1.0  # a sharp policy: the bound is not trivial
+    # Weight and activation rounding each add at most half a step (1/255 of the range) per layer.
+    rel = float(jnp.max(jnp.abs(logits - ref_logits)) / jnp.max(jnp.abs(ref_logits)))
+    assert rel < 0.05, rel
+    assert _kl(ref_logits, logits) < 5e-3
+    np.testing.assert_allclose(value, ref_value, atol=0.05 * float(jnp.max(jnp.abs(ref_value))) + 1e-3)
+
+
+def test_int8_requires_calibration_observations():
+    net = _net("mlp")
+    with pytest.raises(ValueError, match="calibrat"):
+        _compressor("int8", "mlp").init(net.params, jax.random.PRNGKey(0))
+
+
+# ------------------------------------------------------------------------------------------------ bf16
+
+
+def test_bf16_computes_in_bfloat16_with_float_heads():
+    net = _net("minatar")
+    c = _compressor("bf16", "minatar")
+    actor_params, _ = c.init(net.params, jax.random.PRNGKey(0))
+    for path, w in jax.tree_util.tree_flatten_with_path(actor_params)[0]:
+        in_head = any(h in _names(path) for h in HEADS)
+        assert w.dtype == (jnp.float32 if in_head else jnp.bfloat16), path
+    eqns = jax.make_jaxpr(c.actor_apply(net.apply))(actor_params, net.obs).jaxpr.eqns
+    outs = [e.outvars[0].aval.dtype for e in eqns if e.primitive.name in ("dot_general", "conv_general_dilated")]
+    assert outs.count(jnp.bfloat16) == 4 and outs.count(jnp.float32) == 2
+    logits, _ = jax.jit(c.actor_apply(net.apply))(actor_params, net.obs)
+    assert _kl(net.japply(net.params, net.obs)[0], logits) < 0.02
+
+
+# --------------------------------------------------------------------------------------------- distill
+
+
+def test_distillation_loss_temperature_scaling_by_hand():
+    """T² scaling: loss(T) = T² · KL(softmax(t/T) ‖ softmax(s/T)), checked on a pair computed by hand."""
+    t = np.array([[np.log(3.0), 0.0]], np.float32)  # softmax = (3/4, 1/4)
+    s = np.array([[0.0, 0.0]], np.float32)  # softmax = (1/2, 1/2)
+    kl_t1 = 0.75 * np.log(0.75 / 0.5) + 0.25 * np.log(0.25 / 0.5)
+    zero_v = np.zeros((1,), np.float32)
+    np.testing.assert_allclose(float(distillation_loss(t, zero_v, s, zero_v, 1.0, 0.5)), kl_t1, rtol=1e-5)
+    # T = 2: teacher softmax(t/2) = (sqrt3, 1)/(sqrt3 + 1); the student stays uniform.
+    p = np.array([np.sqrt(3.0), 1.0]) / (np.sqrt(3.0) + 1.0)
+    kl_t2 = float(np.sum(p * np.log(p / 0.5)))
+    np.testing.assert_allclose(float(distillation_loss(t, zero_v, s, zero_v, 2.0, 0.5)), 4.0 * kl_t2, rtol=1e-5)
+    # Direction: KL(teacher ‖ student), not KL(student ‖ teacher) = 0.5 log(0.5/0.75) + 0.5 log(0.5/0.25).
+    reverse = 0.5 * np.log(0.5 / 0.75) + 0.5 * np.log(0.5 / 0.25)
+    assert abs(kl_t1 - reverse) > 0.01
+    # Value MSE term: c_v · mean (V_s - V_t)².
+    np.testing.assert_allclose(
+        float(distillation_loss(t, np.array([1.0], np.float32), t, np.array([3.0], np.float32), 1.0, 0.5)), 2.0, rtol=1e-6)
+
+
+def test_prune_then_distill_starts_from_pruned_net_and_improves():
+    net = _net("mlp")
+    obs = jax.random.normal(jax.random.PRNGKey(11), (64, 4))
+    c = _compressor("prune:0.5+distill", "mlp")
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(0))
+    pruned, _ = _compressor("prune:0.5", "mlp").init(net.params, jax.random.PRNGKey(0))
+    for a, b in zip(jax.tree.leaves(actor_params), jax.tree.leaves(pruned)):
+        np.testing.assert_array_equal(a, b)  # the fine-tune starts at the structurally pruned net
+    apply = jax.jit(c.actor_apply(net.apply))
+    ref = net.japply(net.params, obs)[0]
+    kl0 = _kl(ref, apply(actor_params, obs)[0])
+    for _ in range(25):
+        actor_params, state = c.compress(net.params, state, obs)
+    kl1 = _kl(ref, apply(actor_params, obs)[0])
+    assert kl1 < 0.5 * kl0, (kl0, kl1)
+
+
+def test_async_distillation_publishes_versions_and_learns():
+    from accerl_jax.compressor import distill
+
+    net = _net("mlp")
+    obs = jax.random.normal(jax.random.PRNGKey(11), (64, 4))
+    student = networks.student_spec(net.spec, "small")
+    c = distill(net.apply, student, steps=20, asynchronous=True)
+    actor_params, state = c.init(net.params, jax.random.PRNGKey(0))
+    apply = jax.jit(c.actor_apply(net.apply))
+    ref = net.japply(net.params, obs)[0]
+    kl0 = _kl(ref, apply(actor_params, obs)[0])
+    versions = [int(state.version)]
+    deadline = time.time() + 60
+    while versions[-1] < 5 and time.time() < deadline:
+        actor_params, state = c.compress(net.params, state, obs)  # returns at once with the last published
+        versions.append(int(state.version))
+        time.sleep(0.01)
+    assert versions[-1] >= 5
+    assert all(b >= a for a, b in zip(versions, versions[1:]))  # versions only go up
+    assert int(state.steps) == 20 * int(state.version)
+    kl1 = _kl(ref, apply(actor_params, obs)[0])
+    assert kl1 < 0.5 * kl0, (kl0, kl1)
+    # Without observations nothing is submitted: the published student stays as it is.
+    _, s_a = c.compress(net.params, state, None)
+    time.sleep(0.2)
+    _, s_b = c.compress(net.params, state, None)
+    assert int(s_a.version) == int(s_b.version)

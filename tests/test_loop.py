@@ -132,3 +132,24 @@ def test_out_of_range_settings_are_config_errors(tmp_path, field, value, message
     with pytest.raises(ConfigError, match=message):
         loop.train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, monkeypatch):
+    """int8 needs observations at init (the loop passes the first ones); every refresh of the actor's
+    policy logs KL/agreement; ``trained`` returns the trained params."""
+    refreshes = []
+    real = loop.Monitor.log_refresh
+
+    def spy(self, update, divergence):
+        refreshes.append((update, float(divergence["kl_learner_actor"]), float(divergence["action_agreement"])))
+        return real(self, update, divergence)
+
+    monkeypatch.setattr(loop.Monitor, "log_refresh", spy)
+    final: dict = {}
+    summary = loop.train(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
+    assert summary["stopped"] is None
+    assert [u for u, _, _ in refreshes] == list(range(1, summary["updates"] + 1))
+    assert all(math.isfinite(kl) and kl >= -1e-6 and 0.0 <= a <= 1.0 for _, kl, a in refreshes)
+    assert summary["actor_params"] < summary["learner_params"]
+    assert set(final) == {"learner_params", "actor_params", "obs"}
+    assert final["obs"].shape == (8 * 8, 4)

@@ -1,23 +1,49 @@
 """Compressor: learner parameters -> the compressed policy the Actor runs.
 
-:func:`make_compressor` parses the ``--compressor`` string: ``none``, ``mask:<sparsity>``,
-``fakequant:<bits>``, ``distill:<student>`` (``tiny``, ``small``, ``half``), or a ``+`` chain such
-as ``distill:small+fakequant:8`` (distillation, if present, must come first: it replaces the network).
+:func:`make_compressor` parses the ``--compressor`` string, a ``+`` chain of stages:
+
+* ``none``: the learner's policy itself (jitted like every actor, the fair baseline);
+* ``distill:<student>`` (``tiny``, ``small``, ``half``): knowledge distillation into a smaller student;
+* ``prune:<fraction>``: structured pruning (a physically smaller network); ``prune:<f>+distill``
+  fine-tunes the pruned network by distillation from the learner (one stage, keyed ``distill``);
+* ``mask:<sparsity>[,global][,ramp=<updates>]``: unstructured magnitude pruning;
+* ``fakequant:<bits>`` (2-8), ``int8[:all]`` (real int8 via qwix; ``all`` also quantizes the heads),
+  ``bf16``: quantizers.
+
+A chain must go: one network-changing stage (``distill:<student>`` or ``prune:<f>[+distill]``), then
+``mask``, then one quantizer -- each part optional, each at most once. E.g. ``distill:small+int8``,
+``prune:0.5+int8``, ``mask:0.9+fakequant:8``, ``distill:small+bf16``. Anything else (a quantizer
+before pruning or distillation, two quantizers such as ``bf16+int8``) is rejected with a message
+naming the chain and the rule.
 """
 from __future__ import annotations
 
+import functools
+
 from accerl_jax import networks
 from accerl_jax.compressor.base import Compressor, chain, identity
+from accerl_jax.compressor.bf16 import Bf16State, bf16
 from accerl_jax.compressor.distill import DistillState, distill, distillation_loss
 from accerl_jax.compressor.fakequant import FakeQuantState, fake_quantize, fakequant
-from accerl_jax.compressor.mask import MaskState, magnitude_mask, mask
+from accerl_jax.compressor.int8 import Int8State, int8
+from accerl_jax.compressor.mask import MaskState, gradual_sparsity, magnitude_mask, mask, mask_updates
+from accerl_jax.compressor.prune import PruneState, prune, prune_params, pruned_widths
 from accerl_jax.types import ApplyFn
 
-KINDS = ("none", "mask:<sparsity>", "fakequant:<bits>", "distill:<student>")
+KINDS = ("none", "distill:<student>", "prune:<fraction>", "prune:<fraction>+distill",
+         "mask:<sparsity>[,global][,ramp=<n>]", "fakequant:<bits>", "int8[:all]", "bf16")
 _EXPECTED = (
-    "expected 'none', 'mask:<sparsity in [0,1)>', 'fakequant:<bits 2-8>', "
-    f"'distill:<{'|'.join(networks.STUDENT_PRESETS)}>', or a '+' chain like 'distill:small+fakequant:8'"
+    "expected 'none', 'distill:<" + "|".join(networks.STUDENT_PRESETS) + ">', 'prune:<fraction in [0,1)>', "
+    "'mask:<sparsity in [0,1)>[,global][,ramp=<updates>]', 'fakequant:<bits 2-8>', 'int8', 'int8:all', 'bf16', "
+    "or a '+' chain like 'distill:small+int8'"
 )
+_ORDER_RULE = (
+    "a chain goes: one network-changing stage (distill:<student> or prune:<f>, optionally followed by a "
+    "bare 'distill' fine-tune), then mask, then at most one quantizer (fakequant, int8 or bf16) last"
+)
+# Rank of each kind in a chain: ranks must strictly increase along the chain.
+_RANK = {"distill": 0, "prune": 0, "finetune": 1, "mask": 2, "fakequant": 3, "int8": 3, "bf16": 3}
+QUANTIZERS = ("fakequant", "int8", "bf16")
 
 
 def _parse_number(kind: str, arg: str, cast):
@@ -43,21 +69,23 @@ def make_compressor(
     *,
     distill_steps: int = 4,
     distill_learning_rate: float = 1e-3,
+    distill_async: bool = False,
 ) -> Compressor:
     """Build the compressor named by ``spec`` for a learner network ``network``.
 
     Args:
-      spec: the ``--compressor`` string.
-      network: the learner's network spec (students are built from it).
+      spec: the ``--compressor`` string (see the module docstring).
+      network: the learner's network spec (students and pruned networks are built from it).
       teacher_apply: the learner network's apply function.
-      distill_steps, distill_learning_rate: passed to :func:`distill`.
+      distill_steps, distill_learning_rate, distill_async: passed to :func:`distill` as ``steps``,
+        ``learning_rate`` and ``asynchronous``.
 
     Returns:
       A :class:`Compressor`; a single stage is still wrapped in :func:`chain` so that its state is keyed
       by name (``state["distill"]``).
 
     Raises:
-      ValueError: naming the bad part of ``spec`` and listing what is accepted.
+      ValueError: naming ``spec``, the bad part and what is accepted, or the chain rule broken.
     """
     parts = [p.strip() for p in spec.split("+")]
     if parts == ["none"]:
@@ -65,41 +93,88 @@ def make_compressor(
     if not all(parts):
         raise ValueError(f"bad --compressor {spec!r}: empty stage; {_EXPECTED}")
     kinds = [p.partition(":")[0] for p in parts]
+    # A bare 'distill' right after 'prune:<f>' is the pruned network's distillation fine-tune.
+    roles = ["finetune" if (k == "distill" and p == "distill" and i > 0 and kinds[i - 1] == "prune") else k
+             for i, (k, p) in enumerate(zip(kinds, parts))]
     repeated = sorted({k for k in kinds if kinds.count(k) > 1})
     if repeated:
         raise ValueError(f"bad --compressor {spec!r}: {', '.join(repeated)} appears more than once; each stage may appear once")
+    quantizers = [k for k in kinds if k in QUANTIZERS]
+    if len(quantizers) > 1:
+        raise ValueError(f"bad --compressor {spec!r}: two quantizers ({' and '.join(quantizers)}); {_ORDER_RULE}")
+    for i, (kind, part) in enumerate(zip(kinds, parts)):
+        if kind == "none" or kind not in _RANK:
+            raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED}")
+        if i and _RANK[roles[i]] <= _RANK[roles[i - 1]]:
+            raise ValueError(f"bad --compressor {spec!r}: {part!r} cannot follow {parts[i - 1]!r}; {_ORDER_RULE}")
+
     stages = []
-    for i, part in enumerate(parts):
-        kind, sep, arg = part.partition(":")
-        if kind == "none" or not sep or not arg:
-            raise ValueError(f"bad --compressor {spec!r} at {part!r}; {_EXPECTED}")
+    current = network  # the network whose params the next stage receives
+    stage = functools.partial(_stage, spec)
+    for i, (kind, role, part) in enumerate(zip(kinds, roles, parts)):
+        _, sep, arg = part.partition(":")
+        if role == "finetune":
+            continue  # built together with its prune stage below
+        if kind not in ("int8", "bf16", "distill") and (not sep or not arg):
+            raise ValueError(f"bad --compressor {spec!r} at {part!r}: missing value; {_EXPECTED}")
         if kind == "mask":
-            stages.append((kind, _stage(spec, mask, _parse_number(kind, arg, float))))
+            stages.append((kind, stage(_make_mask, arg)))
         elif kind == "fakequant":
-            stages.append((kind, _stage(spec, fakequant, _parse_number(kind, arg, int))))
+            stages.append((kind, stage(fakequant, _parse_number(kind, arg, int))))
+        elif kind == "int8":
+            if sep and arg != "all":
+                raise ValueError(f"bad --compressor {spec!r} at {part!r}: int8 takes no value or 'all'; {_EXPECTED}")
+            stages.append((kind, stage(int8, current, quantize_heads=arg == "all")))
+        elif kind == "bf16":
+            if sep:
+                raise ValueError(f"bad --compressor {spec!r} at {part!r}: bf16 takes no value; {_EXPECTED}")
+            stages.append((kind, stage(bf16)))
+        elif kind == "prune":
+            fraction = _parse_number(kind, arg, float)
+            pruner = stage(prune, current, fraction)
+            pruned = networks.with_widths(current, pruned_widths(current, fraction))
+            if i + 1 < len(roles) and roles[i + 1] == "finetune":
+                init_student = lambda p, f=fraction, n=current: prune_params(p, n, f)[0]  # noqa: E731
+                stages.append(("distill", stage(
+                    distill, teacher_apply, pruned, steps=distill_steps, learning_rate=distill_learning_rate,
+                    init_student=init_student, asynchronous=distill_async)))
+            else:
+                stages.append((kind, pruner))
+            current = pruned
         elif kind == "distill":
-            if i != 0:
-                raise ValueError(
-                    f"bad --compressor {spec!r}: distill must be the first stage (it replaces the network "
-                    "that later stages compress)"
-                )
             if arg not in networks.STUDENT_PRESETS:
-                raise ValueError(f"bad --compressor {spec!r}: unknown student {arg!r}; {_EXPECTED}")
-            student = networks.student_spec(network, arg)
-            stages.append(
-                (kind, _stage(spec, distill, teacher_apply, student, steps=distill_steps, learning_rate=distill_learning_rate))
-            )
-        else:
-            raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r}; {_EXPECTED}")
+                raise ValueError(f"bad --compressor {spec!r}: unknown student {arg!r} in {part!r} (a bare "
+                                 f"'distill' only follows prune:<f>); {_EXPECTED}")
+            current = networks.student_spec(network, arg)
+            stages.append((kind, stage(distill, teacher_apply, current, steps=distill_steps,
+                                       learning_rate=distill_learning_rate, asynchronous=distill_async)))
     try:
         return chain(*stages)
     except ValueError as err:
         raise ValueError(f"bad --compressor {spec!r}: {err}") from None
 
 
+def _make_mask(arg: str) -> Compressor:
+    """``mask:<sparsity>[,global][,ramp=<n>]``."""
+    first, *options = [o.strip() for o in arg.split(",")]
+    sparsity = _parse_number("mask", first, float)
+    scope, ramp = "layer", 0
+    for opt in options:
+        if opt == "global":
+            scope = "global"
+        elif opt.startswith("ramp="):
+            ramp = _parse_number("mask", opt[len("ramp="):], int)
+        else:
+            raise ValueError(f"unknown mask option {opt!r}; expected 'global' or 'ramp=<updates>'")
+    return mask(sparsity, scope, ramp)
+
+
 __all__ = [
-    "Compressor", "chain", "identity", "make_compressor", "KINDS",
-    "mask", "MaskState", "magnitude_mask",
+    "Compressor", "chain", "identity", "make_compressor", "KINDS", "QUANTIZERS",
+    "mask", "MaskState", "magnitude_mask", "gradual_sparsity", "mask_updates",
+    "prune", "PruneState", "prune_params", "pruned_widths",
     "fakequant", "FakeQuantState", "fake_quantize",
+    "int8", "Int8State",
+    "bf16", "Bf16State",
     "distill", "DistillState", "distillation_loss",
 ]

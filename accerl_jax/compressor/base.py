@@ -2,8 +2,9 @@
 
 A compressor turns learner parameters into the parameters of the policy the Actor runs:
 
-* ``init(params, key) -> (actor_params, state)``: the first actor parameters and the compressor's
-  own state (a NamedTuple), from the learner's initial ``params``.
+* ``init(params, key[, obs]) -> (actor_params, state)``: the first actor parameters and the compressor's
+  own state (a NamedTuple), from the learner's initial ``params``; ``obs [N, *obs_shape]`` (optional)
+  are first observations, which calibrating stages (``int8``) need.
 * ``compress(params, state, obs) -> (actor_params, state)``: new actor parameters from the current
   learner ``params``; ``obs [N, *obs_shape]`` are recent actor observations (distillation trains on
   them, others ignore them).
@@ -25,7 +26,7 @@ from accerl_jax.types import ApplyFn, Params
 class Compressor(NamedTuple):
     """A pair of pure functions plus the apply-function transform. See the module docstring."""
 
-    init: Callable[[Params, jax.Array], tuple[Params, Any]]
+    init: Callable[..., tuple[Params, Any]]  # (params, key[, obs])
     compress: Callable[[Params, Any, jax.Array], tuple[Params, Any]]
     actor_apply: Callable[[ApplyFn], ApplyFn]
 
@@ -37,7 +38,7 @@ class IdentityState(NamedTuple):
 def identity() -> Compressor:
     """``none``: the actor runs the learner's parameters unchanged."""
     return Compressor(
-        init=lambda params, key: (params, IdentityState()),
+        init=lambda params, key, obs=None: (params, IdentityState()),
         compress=lambda params, state, obs: (params, state),
         actor_apply=lambda apply: apply,
     )
@@ -53,11 +54,12 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
     if len(set(names)) != len(names):
         raise ValueError(f"compressor chain {'+'.join(names)!r} repeats a stage; each may appear once")
 
-    def init(params, key):
+    def init(params, key, obs=None):
         state = {}
         keys = jax.random.split(key, max(1, len(named)))
         for (name, c), k in zip(named, keys):
-            params, state[name] = c.init(params, k)
+            # Stages written as init(params, key) (no calibration) still compose when no obs is given.
+            params, state[name] = c.init(params, k) if obs is None else c.init(params, k, obs)
         return params, state
 
     def compress(params, state, obs):

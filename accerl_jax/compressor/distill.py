@@ -7,12 +7,27 @@ arXiv 2211.15023, section 3):
 
 with KL(p ‖ q) = Σ_a p_a (log p_a - log q_a) written out. The student has its own Adam optimizer
 and takes ``steps`` full-batch gradient steps per call of ``compress``; the actor runs the student.
-Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`.
+Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`; ``prune:<f>+distill``
+fine-tunes the structurally pruned network instead (``init_student``).
+
+Two modes:
+
+* synchronous (default): ``compress`` runs the ``steps`` gradient steps and returns the new student.
+* asynchronous (``asynchronous=True``, the paper's distillation "beside the learner"): a background
+  thread owns the student and its optimizer. ``compress`` hands it the latest teacher parameters and
+  observations (a newer snapshot replaces one not yet started) and returns at once with the student
+  published last; the thread runs ``steps`` jitted gradient steps per snapshot and publishes a new
+  student with a higher ``version``. The actor thus runs a student that may be one snapshot behind,
+  which the Corrector accounts for. The thread is a daemon; jitted steps release the GIL, so it
+  overlaps the learner and actor only where there are idle cores (measured in
+  ``experiments/distill_overlap.py``). In this mode the ``state`` argument of ``compress`` is not read:
+  the state returned is the thread's last published one.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+import threading
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +43,7 @@ class DistillState(NamedTuple):
     opt_state: Any  # optax state of the student's optimizer
     steps: jax.Array  # [] int32, distillation gradient steps taken so far
     loss: jax.Array  # [] float32, distillation loss at the last step
+    version: jax.Array  # [] int32, students published so far (one per compress call / async snapshot)
 
 
 def distillation_loss(t_logits, t_value, s_logits, s_value, temperature: float, value_coef: float):
@@ -53,6 +69,8 @@ def distill(
     learning_rate: float = 1e-3,
     temperature: float = 1.0,
     value_coef: float = 0.5,
+    init_student: Callable[[Any], Any] | None = None,
+    asynchronous: bool = False,
 ) -> Compressor:
     """Distillation compressor.
 
@@ -64,6 +82,9 @@ def distill(
       learning_rate: Adam learning rate of the student.
       temperature: softmax temperature T.
       value_coef: weight c_v of the value MSE.
+      init_student: maps the learner's initial params to the student's initial params (e.g. structured
+        pruning); default: a fresh random initialisation of ``student``.
+      asynchronous: run distillation in a background thread (see the module docstring).
 
     Raises:
       ValueError: if ``steps < 0`` or ``temperature <= 0``.
@@ -82,7 +103,7 @@ def distill(
         loss, grads = jax.value_and_grad(loss_fn)(state.student_params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.student_params)
         params = optax.apply_updates(state.student_params, updates)
-        return DistillState(params, opt_state, state.steps + 1, loss.astype(jnp.float32))
+        return DistillState(params, opt_state, state.steps + 1, loss.astype(jnp.float32), state.version)
 
     @jax.jit
     def _fused(state: DistillState, params, obs):
@@ -95,23 +116,99 @@ def distill(
     fuse = student.family == "mlp"
 
     @jax.jit
-    def _init(key):
-        student_params = networks.build(student).init(key, jnp.zeros((1,) + student.obs_shape, jnp.float32))
-        return DistillState(student_params, optimizer.init(student_params), jnp.zeros((), jnp.int32), jnp.zeros(()))
+    def _init(key, params):
+        if init_student is None:
+            student_params = networks.build(student).init(key, jnp.zeros((1,) + student.obs_shape, jnp.float32))
+        else:
+            student_params = init_student(params)
+        zero = jnp.zeros((), jnp.int32)
+        return DistillState(student_params, optimizer.init(student_params), zero, jnp.zeros(()), zero)
 
-    def init(params, key):
-        state = _init(key)
+    def run_steps(state, params, obs):
+        if fuse:
+            state = _fused(state, params, obs)
+        else:
+            t_logits, t_value = teacher(params, obs)
+            for _ in range(steps):
+                state = _step(state, obs, t_logits, t_value)
+        return state._replace(version=state.version + 1)
+
+    worker = _AsyncWorker(run_steps) if asynchronous else None
+
+    def init(params, key, obs=None):
+        state = _init(key, params)
+        if worker is not None:
+            worker.reset(state)
         return state.student_params, state
 
     def compress(params, state, obs):
-        if obs is None:
-            return state.student_params, state
-        if fuse:
-            state = _fused(state, params, obs)
-            return state.student_params, state
-        t_logits, t_value = teacher(params, obs)
-        for _ in range(steps):
-            state = _step(state, obs, t_logits, t_value)
+        if worker is not None:
+            if obs is not None:
+                worker.submit(params, obs)
+            state = worker.latest()
+        elif obs is not None:
+            state = run_steps(state, params, obs)
         return state.student_params, state
 
     return Compressor(init, compress, actor_apply=lambda apply: student_apply)
+
+
+class _AsyncWorker:
+    """A daemon thread running ``run_steps(state, params, obs)`` on the newest submitted snapshot.
+
+    ``submit`` replaces a snapshot the thread has not started yet (the newest teacher wins); ``latest``
+    returns the last published state without waiting; ``wait`` blocks until every submitted snapshot
+    has been distilled (for tests and for a clean end of training).
+    """
+
+    def __init__(self, run_steps):
+        self._run_steps = run_steps
+        self._cond = threading.Condition()
+        self._state = None
+        self._pending = None
+        self._busy = False
+        self._error = None
+        self._thread = threading.Thread(target=self._loop, name="accerl-distill", daemon=True)
+        self._thread.start()
+
+    def reset(self, state) -> None:
+        with self._cond:
+            self._state, self._pending = state, None
+
+    def submit(self, params, obs) -> None:
+        with self._cond:
+            self._raise()
+            self._pending = (params, obs)
+            self._cond.notify_all()
+
+    def latest(self):
+        with self._cond:
+            self._raise()
+            return self._state
+
+    def wait(self):
+        with self._cond:
+            self._cond.wait_for(lambda: (self._pending is None and not self._busy) or self._error is not None)
+            self._raise()
+            return self._state
+
+    def _raise(self):
+        if self._error is not None:
+            raise RuntimeError("asynchronous distillation failed") from self._error
+
+    def _loop(self):
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None)
+                (params, obs), self._pending, self._busy = self._pending, None, True
+                state = self._state
+            try:
+                new = jax.block_until_ready(self._run_steps(state, params, obs))
+            except Exception as err:  # surfaced to the caller at its next submit/latest
+                with self._cond:
+                    self._error, self._busy = err, False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._state, self._busy = new, False
+                self._cond.notify_all()

@@ -52,7 +52,7 @@ def fakequant(bits: int) -> Compressor:
         return quantized, FakeQuantState(jnp.max(jnp.stack(errors)).astype(jnp.float32))
 
     return Compressor(
-        init=lambda params, key: _compress(params),
+        init=lambda params, key, obs=None: _compress(params),
         compress=lambda params, state, obs: _compress(params),
         actor_apply=lambda apply: apply,
     )
