@@ -102,21 +102,14 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
 
 
 def check_action_space(cfg: Config, info) -> None:
-    """Reject what continuous actions do not support yet.
+    """Reject what continuous actions do not support.
 
     Raises:
-      ConfigError: ``--corrector retrace`` (needs a Q table over discrete actions) or a ``distill``
-        compressor (distillation of Gaussian policies is not implemented) on a continuous-action env.
+      ConfigError: ``--corrector retrace`` (needs a Q table over discrete actions) on a continuous-action env.
     """
-    if not info.continuous:
-        return
-    if cfg.corrector == "retrace":
+    if info.continuous and cfg.corrector == "retrace":
         raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
                           "all actions); this env has continuous actions; use vtrace, is or none")
-    kinds = [part.split(":")[0] for part in cfg.compressor.split("+")]
-    if "distill" in kinds:
-        raise ConfigError(f"bad --compressor {cfg.compressor!r} for {cfg.env}: distillation of continuous (Gaussian) "
-                          "policies is not supported yet; use none, mask:<sparsity> or fakequant:<bits>")
 
 
 def train(cfg: Config, *, trained: dict | None = None) -> dict:

@@ -801,6 +801,50 @@ def test_distillation_loss_temperature_scaling_by_hand():
         float(distillation_loss(t, np.array([1.0], np.float32), t, np.array([3.0], np.float32), 1.0, 0.5)), 2.0, rtol=1e-6)
 
 
+def test_gaussian_distillation_kl_matches_distrax_and_students_learn():
+    """Continuous policies distil with the exact KL(teacher ‖ student) of diagonal Gaussians."""
+    import distrax
+
+    from accerl_jax.compressor import distill
+
+    rng = np.random.default_rng(0)
+    t_out = rng.normal(size=(32, 6)).astype(np.float32)  # D = 3: mean then log-std
+    s_out = rng.normal(size=(32, 6)).astype(np.float32)
+    zero_v = np.zeros((32,), np.float32)
+
+    def normal(out):
+        return distrax.MultivariateNormalDiag(out[:, :3], np.exp(out[:, 3:]))
+
+    expected = np.mean(normal(t_out).kl_divergence(normal(s_out)))
+    reverse = np.mean(normal(s_out).kl_divergence(normal(t_out)))
+    got = float(distillation_loss(t_out, zero_v, s_out, zero_v, 1.0, 0.5, continuous=True))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert abs(expected - reverse) > 0.01  # the direction is checked, not only the value
+    assert float(distillation_loss(t_out, zero_v, t_out, zero_v, 1.0, 0.5, continuous=True)) == pytest.approx(0, abs=1e-6)
+
+    spec = networks.default_spec((3,), 0, action_dim=2)
+    teacher = networks.init_params(spec, jax.random.PRNGKey(1))
+    # A teacher with a non-trivial log-std, so that the student must learn it too.
+    teacher = jax.tree_util.tree_map_with_path(
+        lambda path, x: x - 0.7 if "log_std" in jax.tree_util.keystr(path) else x, teacher)
+    teacher_apply = networks.make_apply(spec)
+    c = distill(teacher_apply, networks.student_spec(spec, "small"), steps=25, learning_rate=3e-3)
+    with pytest.raises(ValueError, match="temperature 1"):
+        distill(teacher_apply, networks.student_spec(spec, "small"), temperature=2.0)
+    obs = jax.random.normal(jax.random.PRNGKey(2), (128, 3))
+    actor_params, state = c.init(teacher, jax.random.PRNGKey(0))
+    apply = jax.jit(c.actor_apply(teacher_apply))
+    t_pi = teacher_apply(teacher, obs)[0]
+
+    def kl(params):
+        return float(distillation_loss(t_pi, zero_v[:1], apply(params, obs)[0], zero_v[:1], 1.0, 0.0, continuous=True))
+
+    kl0 = kl(actor_params)
+    for _ in range(8):
+        actor_params, state = c.compress(teacher, state, obs)
+    assert kl(actor_params) < 0.2 * kl0, (kl0, kl(actor_params))
+
+
 def test_prune_then_distill_starts_from_pruned_net_and_improves():
     net = _net("mlp")
     obs = jax.random.normal(jax.random.PRNGKey(11), (64, 4))

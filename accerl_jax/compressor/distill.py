@@ -5,7 +5,12 @@ arXiv 2211.15023, section 3):
 
     L = T² · mean_x KL(softmax(z_teacher/T) ‖ softmax(z_student/T)) + c_v · mean_x (V_student - V_teacher)²
 
-with KL(p ‖ q) = Σ_a p_a (log p_a - log q_a) written out. The student has its own Adam optimizer
+with KL(p ‖ q) = Σ_a p_a (log p_a - log q_a) written out. A continuous-action (diagonal Gaussian)
+policy distils with the exact KL of the two Gaussians, summed over the D action dimensions,
+
+    KL(N(m_t, s_t²) ‖ N(m_s, s_s²)) = Σ_d [log s_s - log s_t + (s_t² + (m_t - m_s)²) / (2 s_s²) - 1/2],
+
+where temperature does not apply (T must be 1). The student has its own Adam optimizer
 and takes ``steps`` full-batch gradient steps per call of ``compress``; the actor runs the student.
 Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`; ``prune:<f>+distill``
 fine-tunes the structurally pruned network instead (``init_student``).
@@ -46,18 +51,41 @@ class DistillState(NamedTuple):
     version: jax.Array  # [] int32, students published so far (one per compress call / async snapshot)
 
 
-def distillation_loss(t_logits, t_value, s_logits, s_value, temperature: float, value_coef: float):
+def categorical_kl(t_logits, s_logits, temperature: float):
+    """``KL(softmax(t/T) ‖ softmax(s/T))`` per row. ``[N, A]`` float32 logits -> ``[N]`` float32 nats."""
+    log_p = jax.nn.log_softmax(t_logits / temperature)
+    log_q = jax.nn.log_softmax(s_logits / temperature)
+    return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+
+
+def gaussian_kl(t_out, s_out):
+    """``KL(N_teacher ‖ N_student)`` of diagonal Gaussians per row, summed over action dimensions.
+
+    Args:
+      t_out, s_out: ``[N, 2D]`` float32 policy outputs, mean then log-std
+        (:class:`~accerl_jax.networks.MLPGaussianActorCritic`).
+    Returns:
+      ``[N]`` float32 nats.
+    """
+    t_mean, t_log_std = jnp.split(t_out, 2, axis=-1)
+    s_mean, s_log_std = jnp.split(s_out, 2, axis=-1)
+    var_ratio = jnp.exp(2.0 * (t_log_std - s_log_std))
+    mean_term = jnp.square(t_mean - s_mean) * jnp.exp(-2.0 * s_log_std)
+    return jnp.sum(s_log_std - t_log_std + 0.5 * (var_ratio + mean_term) - 0.5, axis=-1)
+
+
+def distillation_loss(t_logits, t_value, s_logits, s_value, temperature: float, value_coef: float,
+                      continuous: bool = False):
     """``T² KL(teacher ‖ student) + c_v MSE(value)``, means over the leading axis.
 
     Args:
-      t_logits, s_logits: ``[N, A]`` float32 logits of teacher and student.
+      t_logits, s_logits: ``[N, A]`` float32 logits of teacher and student, or with ``continuous``
+        ``[N, 2D]`` Gaussian outputs (mean then log-std; then ``temperature`` must be 1).
       t_value, s_value: ``[N]`` float32 values.
     Returns:
       ``[]`` float32 loss.
     """
-    log_p = jax.nn.log_softmax(t_logits / temperature)
-    log_q = jax.nn.log_softmax(s_logits / temperature)
-    kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+    kl = gaussian_kl(t_logits, s_logits) if continuous else categorical_kl(t_logits, s_logits, temperature)
     return temperature**2 * jnp.mean(kl) + value_coef * jnp.mean((s_value - t_value) ** 2)
 
 
@@ -87,10 +115,13 @@ def distill(
       asynchronous: run distillation in a background thread (see the module docstring).
 
     Raises:
-      ValueError: if ``steps < 0`` or ``temperature <= 0``.
+      ValueError: if ``steps < 0`` or ``temperature <= 0``, or ``temperature != 1`` for a Gaussian student.
     """
     if steps < 0 or temperature <= 0:
         raise ValueError(f"distill needs steps >= 0 and temperature > 0, got steps={steps}, temperature={temperature}")
+    continuous = student.action_dim > 0
+    if continuous and temperature != 1.0:
+        raise ValueError(f"distill of a Gaussian policy takes temperature 1 (the exact KL), got {temperature}")
     student_apply = networks.make_apply(student)
     optimizer = optax.adam(learning_rate)
 
@@ -98,7 +129,7 @@ def distill(
     def _step(state: DistillState, obs, t_logits, t_value):
         def loss_fn(p):
             s_logits, s_value = student_apply(p, obs)
-            return distillation_loss(t_logits, t_value, s_logits, s_value, temperature, value_coef)
+            return distillation_loss(t_logits, t_value, s_logits, s_value, temperature, value_coef, continuous)
 
         loss, grads = jax.value_and_grad(loss_fn)(state.student_params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.student_params)
