@@ -177,6 +177,20 @@ def importance_sampling_single(
     return VTraceOutput(jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_advantage))
 
 
+def _over_batch(single, *xs, **kwargs):
+    """``single`` (one trajectory, time first) applied to every column of ``[T, B, ...]`` inputs."""
+    return jax.vmap(lambda *x: single(*x, **kwargs), in_axes=1, out_axes=1)(*xs)
+
+
+def _state_value_batch(single, v_tm1, v_t, r_t, discount_t, rho_tm1, done_t, lambda_, clip_rho_threshold,
+                       clip_pg_rho_threshold) -> VTraceOutput:
+    """Shape guards, then ``single`` (V-trace or IS, one trajectory) over the ``B`` columns of ``[T, B]`` inputs."""
+    chex.assert_rank([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t], 2)
+    chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t])
+    return _over_batch(single, v_tm1, v_t, r_t, discount_t, rho_tm1, done_t, lambda_=lambda_,
+                       clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
+
+
 def importance_sampling(
     v_tm1: jax.Array,
     v_t: jax.Array,
@@ -194,12 +208,8 @@ def importance_sampling(
     Raises:
       AssertionError (chex) if the inputs are not all rank 2 with equal shapes.
     """
-    chex.assert_rank([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t], 2)
-    chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t])
-    fn = lambda *xs: importance_sampling_single(  # noqa: E731
-        *xs, lambda_=lambda_, clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold
-    )
-    return jax.vmap(fn, in_axes=1, out_axes=1)(v_tm1, v_t, r_t, discount_t, rho_tm1, done_t)
+    return _state_value_batch(importance_sampling_single, v_tm1, v_t, r_t, discount_t, rho_tm1, done_t,
+                              lambda_, clip_rho_threshold, clip_pg_rho_threshold)
 
 
 def retrace_single(
@@ -302,8 +312,7 @@ def retrace(
     ``rlax.retrace``'s TD error (vmapped over ``B``) when no ``done_t`` is set.
     """
     chex.assert_rank([q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, done_t], [3, 3, 2, 2, 2, 2, 3, 2, 2])
-    fn = lambda *xs: retrace_single(*xs, lambda_=lambda_)  # noqa: E731
-    return jax.vmap(fn, in_axes=1, out_axes=1)(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, done_t)
+    return _over_batch(retrace_single, q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, done_t, lambda_=lambda_)
 
 
 def vtrace(
@@ -327,15 +336,8 @@ def vtrace(
 
     Source: IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561), eq. 1 and section 4.2.
     """
-    chex.assert_rank([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t], 2)
-    chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t])
-    fn = lambda *xs: vtrace_single(  # noqa: E731
-        *xs,
-        lambda_=lambda_,
-        clip_rho_threshold=clip_rho_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold,
-    )
-    return jax.vmap(fn, in_axes=1, out_axes=1)(v_tm1, v_t, r_t, discount_t, rho_tm1, done_t)
+    return _state_value_batch(vtrace_single, v_tm1, v_t, r_t, discount_t, rho_tm1, done_t,
+                              lambda_, clip_rho_threshold, clip_pg_rho_threshold)
 
 
 def correct(

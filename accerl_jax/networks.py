@@ -57,6 +57,20 @@ class NetworkSpec:
     q_head: bool = False
 
 
+def _mlp_torsos(obs, widths: Sequence[int]):
+    """The separate policy and value ReLU torsos (``dense_i`` / ``value_dense_i``) of the MLP networks.
+
+    Called inside a module's ``nn.compact`` method, so the layers belong to that module.
+    """
+    x = obs.astype(jnp.float32)
+    init = nn.initializers.orthogonal(np.sqrt(2))
+    pi, v = x, x
+    for i, w in enumerate(widths):
+        pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
+        v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+    return pi, v
+
+
 class MLPActorCritic(nn.Module):
     """MLP policy and value. ``obs [..., D]`` -> ``(logits [..., A], value [...])``.
 
@@ -73,12 +87,7 @@ class MLPActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        x = obs.astype(jnp.float32)
-        init = nn.initializers.orthogonal(np.sqrt(2))
-        pi, v = x, x
-        for i, w in enumerate(self.widths):
-            pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
-            v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+        pi, v = _mlp_torsos(obs, self.widths)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
         return _with_q(self, logits, value[..., 0], v)
@@ -143,12 +152,7 @@ class MLPGaussianActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        x = obs.astype(jnp.float32)
-        init = nn.initializers.orthogonal(np.sqrt(2))
-        pi, v = x, x
-        for i, w in enumerate(self.widths):
-            pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
-            v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+        pi, v = _mlp_torsos(obs, self.widths)
         mean = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)

@@ -4,9 +4,6 @@ The multi-device check needs ``XLA_FLAGS=--xla_force_host_platform_device_count=
 reads at import, so it runs :func:`_two_device_main` of this module in a subprocess and reports JSON.
 """
 import json
-import os
-import subprocess
-import sys
 
 import jax
 
@@ -19,6 +16,7 @@ import pytest  # noqa: E402
 
 from accerl_jax import learner, networks  # noqa: E402
 from accerl_jax.types import Rollout  # noqa: E402
+from two_devices import run_two_device_main
 
 T, B, OBS_DIM, NUM_ACTIONS = 8, 4, 4, 2
 RTOL, ATOL = 1e-5, 1e-6
@@ -168,19 +166,7 @@ def _two_device_main():
 
 @pytest.fixture(scope="module")
 def two_device():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(here)
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, root, env.get("PYTHONPATH")) if p)
-    code = "import test_learner; test_learner._two_device_main()"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_two_device_main("test_learner")
 
 
 def test_two_device_mesh_really_has_two_devices(two_device):

@@ -5,9 +5,6 @@ A *table* network makes the rules exact and easy to state: observations are inte
 one state's table entry is the gradient with respect to that state's value.
 """
 import json
-import os
-import subprocess
-import sys
 
 import jax
 
@@ -22,6 +19,7 @@ from accerl_jax import learner, networks  # noqa: E402
 from accerl_jax.actor import sample_action  # noqa: E402
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence  # noqa: E402
 from accerl_jax.types import Rollout  # noqa: E402
+from two_devices import run_two_device_main  # noqa: E402
 
 A, D = 3, 2
 N_STATES = 64
@@ -322,18 +320,7 @@ def _two_device_main():
 
 @pytest.fixture(scope="module")
 def two_device():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(here)
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, root, env.get("PYTHONPATH")) if p)
-    code = "import test_losses; test_losses._two_device_main()"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_two_device_main("test_losses")
 
 
 @pytest.mark.parametrize("name", ["retrace", "appo", "is"])
