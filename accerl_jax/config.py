@@ -153,6 +153,9 @@ def validate(cfg: Config) -> None:
         ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),
         ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
     ]
+    if cfg.logdir is not None and not cfg.logdir.strip():
+        raise ConfigError(f"bad --logdir {cfg.logdir!r}: empty; give a folder name, or leave the flag out for "
+                          "the default runs/<env>-<compressor>-s<seed>-<time>-<random>")
     for name, ok, expected in checks:
         if not ok:
             raise ConfigError(f"bad {flag(name)} {getattr(cfg, name)!r}; expected {expected}")

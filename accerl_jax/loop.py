@@ -127,11 +127,19 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
       accerl_jax.signals.Interrupted: a signal before the first update of this session finished (a new
         run's folder is freed; a resumed run's checkpoints are untouched).
     """
+    claimed: list[str] = []  # the new run's folder while it holds no finished update
     with StopSignals() as stop:
-        return _train(cfg, stop, trained)
+        try:
+            return _train(cfg, stop, trained, claimed)
+        except KeyboardInterrupt:
+            for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun
+                checkpoint.remove_run(logdir)
+                if os.path.isdir(logdir) and not os.listdir(logdir):
+                    os.rmdir(logdir)
+            raise
 
 
-def _train(cfg: Config, stop: StopSignals, trained: dict | None) -> dict:
+def _train(cfg: Config, stop: StopSignals, trained: dict | None, claimed: list[str]) -> dict:
     validate(cfg)
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
@@ -183,6 +191,7 @@ def _train(cfg: Config, stop: StopSignals, trained: dict | None) -> dict:
         if cfg.overwrite:
             checkpoint.remove_run(logdir)
         claim_logdir(logdir)
+        claimed.append(logdir)
 
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = networks.init_params(spec, k_net)
@@ -288,6 +297,7 @@ def _train(cfg: Config, stop: StopSignals, trained: dict | None) -> dict:
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
             completed = it
+            claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
             if bad is None:
                 snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state,
                                                  checkpoint.host_key_only(carry, info.jittable))

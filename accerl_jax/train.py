@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
     if summary["stopped"] == "interrupted":
         print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
-              f"{summary['last_checkpoint']} saved; continue with --resume {summary['logdir']}", file=sys.stderr)
+              f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume {summary['logdir']}", file=sys.stderr)
         return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":
         kept = summary["last_checkpoint"] or "none saved yet"

@@ -115,6 +115,22 @@ def test_interrupt_before_first_update_frees_the_folder(tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("where", ["make_actor", "init_params"])
+def test_interrupt_during_setup_frees_the_claimed_folder(tmp_path, monkeypatch, where):
+    """A signal after the folder is claimed but before training starts (building, compiling) frees it too."""
+
+    def interrupting(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    target = loop if where == "make_actor" else loop.networks
+    monkeypatch.setattr(target, where, interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(tiny(tmp_path))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.undo()
+    assert loop.train(tiny(tmp_path))["updates"] > 0  # the folder can be used again
+
+
 @pytest.mark.parametrize(
     "field, value, message",
     [

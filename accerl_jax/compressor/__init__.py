@@ -87,7 +87,10 @@ def make_compressor(
     Raises:
       ValueError: naming ``spec``, the bad part and what is accepted, or the chain rule broken.
     """
-    parts = [p.strip() for p in spec.split("+")]
+    if any(c.isspace() for c in spec):
+        raise ValueError(f"bad --compressor {spec!r}: contains spaces; write the spec without them, e.g. "
+                         "'distill:small+int8'")
+    parts = spec.split("+")
     if parts == ["none"]:
         return chain(("none", identity()))
     if not all(parts):
@@ -103,11 +106,17 @@ def make_compressor(
     if len(quantizers) > 1:
         raise ValueError(f"bad --compressor {spec!r}: two quantizers ({' and '.join(quantizers)}); {_ORDER_RULE}")
     for i, (kind, part) in enumerate(zip(kinds, parts)):
-        if kind == "none" or kind not in _RANK:
+        if kind == "none":
+            raise ValueError(f"bad --compressor {spec!r}: 'none' stands alone (no compression) and cannot be "
+                             f"chained; drop it, e.g. {'+'.join(p for p in parts if p != 'none') or 'none'!r}")
+        if kind not in _RANK:
             raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED}")
         if i and _RANK[roles[i]] <= _RANK[roles[i - 1]]:
             raise ValueError(f"bad --compressor {spec!r}: {part!r} cannot follow {parts[i - 1]!r}; {_ORDER_RULE}")
 
+    if distill_async and "distill" not in kinds:
+        raise ValueError(f"bad --distill-async with --compressor {spec!r}: it runs distillation in a background "
+                         "thread, and this chain has no distill stage; drop the flag or use e.g. 'distill:small'")
     stages = []
     current = network  # the network whose params the next stage receives
     stage = functools.partial(_stage, spec)
@@ -156,14 +165,23 @@ def make_compressor(
 
 def _make_mask(arg: str) -> Compressor:
     """``mask:<sparsity>[,global][,ramp=<n>]``."""
-    first, *options = [o.strip() for o in arg.split(",")]
+    first, *options = arg.split(",")
     sparsity = _parse_number("mask", first, float)
     scope, ramp = "layer", 0
+    names = [o.partition("=")[0] for o in options]
+    if len(set(names)) != len(names):
+        raise ValueError(f"mask options {','.join(options)!r} repeat an option; give each of 'global' and "
+                         "'ramp=<updates>' at most once")
     for opt in options:
         if opt == "global":
             scope = "global"
         elif opt.startswith("ramp="):
-            ramp = _parse_number("mask", opt[len("ramp="):], int)
+            value = opt[len("ramp="):]
+            try:
+                ramp = int(value)
+            except ValueError:
+                raise ValueError(f"mask option {opt!r}: {value!r} is not an integer; expected 'ramp=<updates>', "
+                                 "e.g. mask:0.9,ramp=100") from None
         else:
             raise ValueError(f"unknown mask option {opt!r}; expected 'global' or 'ramp=<updates>'")
     return mask(sparsity, scope, ramp)
