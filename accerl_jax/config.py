@@ -82,7 +82,8 @@ class Config:
     off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:
     the compress stage shrank, the actor and learner grew by as much)."""
     log_every: int = 10
-    """Write metrics every this many learner updates."""
+    """Write metrics every this many learner updates; KL(π_learner ‖ π_actor) and agreement of a freshly
+    compressed actor policy (TensorBoard refresh/*) every this many refreshes of it."""
     return_window: int = 100
     """final_return_mean averages the returns of this many last finished episodes."""
     progress: bool = True

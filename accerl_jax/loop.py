@@ -33,7 +33,7 @@ from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
-REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every refresh of the actor's policy
+REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 
@@ -235,6 +235,7 @@ def _train(cfg: Config, stop: StopSignals, trained: dict | None, claimed: list[s
     stop_reason = None
     rollout = None
     start_update = extra.get("completed", 0)
+    refreshes = 0  # refreshes of the actor's policy in this session
     completed = start_update  # learner updates (with their compression) that finished
     logged = start_update  # the last update written to metrics.csv
 
@@ -291,7 +292,11 @@ def _train(cfg: Config, stop: StopSignals, trained: dict | None, claimed: list[s
                 actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
                 lagged.append(actor_params)
-            if actor_params is not previous:  # the actor's policy was refreshed: log its divergence
+            refreshed = actor_params is not previous
+            refreshes += refreshed
+            # Every --log-every-th refresh of the actor's policy logs its divergence: measuring it at every
+            # refresh (every update here) cost ~1.8 ms per update, ~10% of the default CartPole job.
+            if refreshed and refreshes % cfg.log_every == 0:
                 held = obs_flat[:REFRESH_SAMPLES]
                 monitor.log_refresh(it, divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
