@@ -21,6 +21,7 @@ import tyro
 
 from accerl_jax import checkpoint, loop, train
 from accerl_jax.config import Config
+from actor_hooks import interrupt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMON = ["--total-steps", "256", "--num-envs", "8", "--rollout-length", "8", "--log-every", "2", "--no-progress"]
@@ -198,23 +199,8 @@ def _tree_hashes(root) -> dict:
 def base_run(tmp_path_factory):
     """A real run stopped (as by Ctrl-C) after update 2 of 4, with checkpoints 1 and 2."""
     logdir = tmp_path_factory.mktemp("base") / "run"
-    real = loop.make_actor
-
-    def interrupting(*args, **kwargs):
-        actor = real(*args, **kwargs)
-        rollout, calls = actor.rollout, {"n": 0}
-
-        def wrapped(params, carry):
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise KeyboardInterrupt
-            return rollout(params, carry)
-
-        actor.rollout = wrapped
-        return actor
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "make_actor", interrupting)
+        interrupt(mp, at=3)
         cfg = tyro.cli(Config, args=COMMON + ["--logdir", str(logdir), "--checkpoint-every", "1"])
         summary = loop.train(cfg)
     assert summary["stopped"] == "interrupted" and summary["updates"] == 2

@@ -9,6 +9,7 @@ import pytest
 
 from accerl_jax import loop
 from accerl_jax.config import Config, ConfigError
+from actor_hooks import interrupt
 
 
 def tiny(tmp_path, **kw) -> Config:
@@ -54,23 +55,7 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
 
 
 def test_interrupt_stops_run_and_writes_summary(tmp_path, monkeypatch):
-    real = loop.make_actor
-
-    def interrupting(*args, **kwargs):
-        actor = real(*args, **kwargs)
-        calls = {"n": 0}
-        rollout = actor.rollout
-
-        def wrapped(params, carry):
-            calls["n"] += 1
-            if calls["n"] == 4:
-                raise KeyboardInterrupt
-            return rollout(params, carry)
-
-        actor.rollout = wrapped
-        return actor
-
-    monkeypatch.setattr(loop, "make_actor", interrupting)
+    interrupt(monkeypatch, at=4)
     cfg = tiny(tmp_path)
     summary = loop.train(cfg)
     assert summary["stopped"] == "interrupted"
@@ -97,18 +82,7 @@ def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monke
 
 
 def test_interrupt_before_first_update_frees_the_folder(tmp_path, monkeypatch):
-    real = loop.make_actor
-
-    def interrupting(*args, **kwargs):
-        actor = real(*args, **kwargs)
-
-        def wrapped(params, carry):
-            raise KeyboardInterrupt
-
-        actor.rollout = wrapped
-        return actor
-
-    monkeypatch.setattr(loop, "make_actor", interrupting)
+    interrupt(monkeypatch, at=1)
     cfg = tiny(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         loop.train(cfg)

@@ -21,6 +21,7 @@ import pytest
 from accerl_jax import checkpoint, loop
 from accerl_jax.config import Config
 from accerl_jax.signals import Interrupted, StopSignals
+from actor_hooks import hook_actor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPDATES = 8
@@ -47,26 +48,6 @@ def assert_same_leaves(a: dict, b: dict) -> None:
     assert list(a) == list(b)
     for path in a:
         np.testing.assert_array_equal(a[path], b[path], err_msg=path)
-
-
-def hook_actor(monkeypatch, at: int, action) -> None:
-    """Call ``action()`` at the start of rollout number ``at`` (1-based), then roll out as usual."""
-    real = loop.make_actor
-
-    def make(*args, **kwargs):
-        actor = real(*args, **kwargs)
-        rollout, calls = actor.rollout, {"n": 0}
-
-        def wrapped(params, carry):
-            calls["n"] += 1
-            if calls["n"] == at:
-                action()
-            return rollout(params, carry)
-
-        actor.rollout = wrapped
-        return actor
-
-    monkeypatch.setattr(loop, "make_actor", make)
 
 
 def poison_updates(monkeypatch, at: set[int], what: str) -> None:
