@@ -42,6 +42,9 @@ class Config:
     minibatches: int = 1
     """APPO: minibatches (groups of whole trajectories) per pass; num-envs must be a multiple of
     minibatches × devices (1 with --loss actor-critic)."""
+    loop: str = "auto"
+    """Execution style: 'sequential' (actor, learner and compressor as separate timed jitted calls);
+    'auto' picks the default for the env."""
     policy_lag: int = 0
     """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
     before the latest (0: those made after the previous update)."""

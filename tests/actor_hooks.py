@@ -1,12 +1,12 @@
 """Test hooks on the training loop's Actor: run an action (e.g. send a signal, raise) at a given rollout."""
 from __future__ import annotations
 
-from accerl_jax import loop
+from accerl_jax import run as run_lib
 
 
 def hook_actor(monkeypatch, at: int, action) -> None:
     """Call ``action()`` at the start of rollout number ``at`` (1-based), then roll out as usual."""
-    real = loop.make_actor
+    real = run_lib.make_actor
 
     def make(*args, **kwargs):
         actor = real(*args, **kwargs)
@@ -21,7 +21,7 @@ def hook_actor(monkeypatch, at: int, action) -> None:
         actor.rollout = wrapped
         return actor
 
-    monkeypatch.setattr(loop, "make_actor", make)
+    monkeypatch.setattr(run_lib, "make_actor", make)
 
 
 def interrupt(monkeypatch, at: int) -> None:

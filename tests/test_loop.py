@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from accerl_jax import loop
+from accerl_jax import run as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
 
@@ -96,7 +97,7 @@ def test_interrupt_during_setup_frees_the_claimed_folder(tmp_path, monkeypatch, 
     def interrupting(*args, **kwargs):
         raise KeyboardInterrupt
 
-    target = loop if where == "make_actor" else loop.networks
+    target = run_lib if where == "make_actor" else run_lib.networks
     monkeypatch.setattr(target, where, interrupting)
     with pytest.raises(KeyboardInterrupt):
         loop.train(tiny(tmp_path))
@@ -128,13 +129,13 @@ def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, m
     """int8 needs observations at init (the loop passes the first ones); every refresh of the actor's
     policy logs KL/agreement; ``trained`` returns the trained params."""
     refreshes = []
-    real = loop.Monitor.log_refresh
+    real = run_lib.Monitor.log_refresh
 
     def spy(self, update, divergence):
         refreshes.append((update, float(divergence["kl_learner_actor"]), float(divergence["action_agreement"])))
         return real(self, update, divergence)
 
-    monkeypatch.setattr(loop.Monitor, "log_refresh", spy)
+    monkeypatch.setattr(run_lib.Monitor, "log_refresh", spy)
     final: dict = {}
     summary = loop.train(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
     assert summary["stopped"] is None

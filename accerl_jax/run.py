@@ -1,0 +1,336 @@
+"""What every training loop shares: *setup* (check the user's choices, build the environment, networks,
+compressor, optimizer, checkpointer and Monitor, restore a ``--resume`` checkpoint) and the *summary*.
+
+:func:`setup` raises :class:`~accerl_jax.config.ConfigError` before anything is written; it returns a
+:class:`Run` that a loop (:mod:`accerl_jax.loops`) drives: the sequential stage-by-stage loop, the fused
+Anakin loop or the threaded Sebulba loop. Each loop ends with :func:`summarize`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from typing import Any, Callable
+
+import jax
+
+from accerl_jax import checkpoint
+from accerl_jax import learner as learner_lib
+from accerl_jax import networks, speed, xla
+from accerl_jax.actor import make_actor
+from accerl_jax.compressor import Compressor, make_compressor
+from accerl_jax.config import Config, ConfigError, validate
+from accerl_jax.corrector import CORRECTORS
+from accerl_jax.envs import make_env
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.signals import signal_name
+
+DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
+REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
+SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
+MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
+
+
+def default_logdir(cfg: Config) -> str:
+    """``runs/<env>-<compressor>-s<seed>-<time>-<random>``; the random part keeps parallel runs apart."""
+    slug = f"{cfg.env}-{cfg.compressor}-s{cfg.seed}".replace(":", "_").replace("+", "_").replace("/", "_")
+    return os.path.join("runs", f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+
+
+def check_logdir(logdir: str, overwrite: bool = False) -> None:
+    """Refuse a ``logdir`` that is a file or already holds a run (unless ``overwrite``), so that nothing
+    saved is overwritten.
+
+    Raises:
+      ConfigError: naming the folder and what is in the way.
+    """
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
+    if os.path.isdir(logdir) and not overwrite:
+        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == checkpoint.CHECKPOINT_DIR)
+        if taken:
+            raise ConfigError(
+                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
+                f"continue it with --resume {logdir}, or replace it with --overwrite"
+            )
+
+
+def claim_logdir(logdir: str) -> None:
+    """Create ``logdir`` and claim it by creating ``metrics.csv`` exclusively (``O_EXCL``).
+
+    Two runs started together on the same folder cannot both claim it: the second gets a ConfigError.
+
+    Raises:
+      ConfigError: if the folder holds a run, is claimed by another run, or cannot be created/written.
+    """
+    check_logdir(logdir)
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        with open(os.path.join(logdir, "metrics.csv"), "x"):
+            pass
+    except FileExistsError:
+        raise ConfigError(f"bad --logdir {logdir!r}: another run has just claimed it; choose a new folder") from None
+    except OSError as err:
+        raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
+
+
+def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
+    """The learner's :class:`~accerl_jax.learner.LossConfig` for ``cfg``.
+
+    Raises:
+      ConfigError: for a bad ``--loss`` or a combination the losses do not accept (``appo`` with
+        ``retrace``; ``--epochs``/``--minibatches`` other than 1 without ``appo``).
+    """
+    if cfg.loss not in learner_lib.LOSSES:
+        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)}")
+    try:
+        return learner_lib.LossConfig(
+            corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
+            clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=cfg.loss, ppo_clip=cfg.ppo_clip,
+            epochs=cfg.epochs, minibatches=cfg.minibatches,
+        )
+    except ValueError as err:
+        raise ConfigError(f"bad --loss/--corrector combination: {err}") from None
+
+
+def check_action_space(cfg: Config, info) -> None:
+    """Reject what continuous actions do not support.
+
+    Raises:
+      ConfigError: ``--corrector retrace`` (needs a Q table over discrete actions) on a continuous-action env.
+    """
+    if info.continuous and cfg.corrector == "retrace":
+        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
+                          "all actions); this env has continuous actions; use vtrace, is or none")
+
+
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a loop needs, built by :func:`setup`.
+
+    ``restored`` is the :class:`~accerl_jax.checkpoint.TrainState` of a ``--resume`` checkpoint (else None)
+    and ``extra`` its metadata (``completed`` updates, Monitor state, ...; empty for a new run).
+    ``learner_logits``/``actor_logits`` are jitted ``(params, obs [N, *obs_shape]) -> policy outputs``;
+    ``divergence(learner_out, actor_out) -> {kl_learner_actor, action_agreement}`` suits the action space.
+    """
+
+    cfg: Config
+    config_json: dict
+    logdir: str
+    wall_start: float  # time.perf_counter() at the start (earlier by the resumed run's wall time)
+    env: Any
+    info: Any  # accerl_jax.envs.EnvInfo
+    n_dev: int
+    steps_per_update: int  # agent steps per rollout: num_envs x rollout_length
+    num_updates: int
+    spec: networks.NetworkSpec
+    learner_apply: Callable
+    loss_apply: Callable
+    loss_cfg: learner_lib.LossConfig
+    compressor: Compressor
+    actor_apply: Callable
+    actor: Any  # accerl_jax.actor.AnakinActor | HostActor
+    optimizer: Any
+    update: Callable
+    params: Any  # the learner's initial parameters
+    state: learner_lib.LearnerState  # the learner's initial state (a resumed run's is in ``restored``)
+    k_comp: jax.Array
+    k_actor: jax.Array
+    learner_logits: Callable
+    actor_logits: Callable
+    divergence: Callable
+    saver: checkpoint.Checkpointer
+    lock: Any
+    monitor: Monitor
+    resume_point: Any
+    restored: Any
+    extra: dict
+
+    @property
+    def start_update(self) -> int:
+        return self.extra.get("completed", 0)
+
+
+def setup(cfg: Config, claimed: list[str]) -> Run:
+    """Check ``cfg`` and build a :class:`Run`; a new run's folder is claimed and appended to ``claimed``.
+
+    Raises:
+      ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
+        checkpoint), raised before anything is written.
+    """
+    validate(cfg)
+    if cfg.corrector not in CORRECTORS:
+        raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
+    loss_cfg = make_loss_config(cfg)
+    config_json = dataclasses.asdict(cfg)
+    resume_point = None
+    if cfg.resume is not None:
+        resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json)
+        logdir = resume_point.logdir
+    else:
+        logdir = cfg.logdir or default_logdir(cfg)
+        check_logdir(logdir, cfg.overwrite)  # fail fast, before building environments
+    wall_start = time.perf_counter()
+    try:
+        env = make_env(cfg.env, cfg.num_envs, cfg.seed)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    info = env.info
+    n_dev = jax.local_device_count()
+    if info.num_envs % n_dev:
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices")
+    if info.num_envs % (n_dev * cfg.minibatches):
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
+                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
+    check_action_space(cfg, info)
+    steps_per_update = info.num_envs * cfg.rollout_length
+    num_updates = max(1, cfg.total_steps // steps_per_update)
+    if num_updates > MAX_UPDATES:
+        raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    if resume_point is not None and resume_point.meta["extra"]["completed"] >= num_updates:
+        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
+                          "nothing to resume")
+    try:
+        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first,
+                                     action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
+    except ValueError as err:
+        raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
+    learner_apply = networks.make_apply(spec)
+    loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
+    try:
+        compressor = make_compressor(
+            cfg.compressor, spec, learner_apply,
+            distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
+            distill_async=cfg.distill_async,
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if resume_point is None:
+        if cfg.overwrite:
+            checkpoint.remove_run(logdir)
+        claim_logdir(logdir)
+        claimed.append(logdir)
+
+    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    params = networks.init_params(spec, k_net)
+    # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates * loss_cfg.optimizer_steps)
+    state = learner_lib.init_state(params, optimizer)
+    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, family=spec.family)
+    actor_apply = compressor.actor_apply(learner_apply)
+    actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
+    learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
+    actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
+    divergence = gaussian_policy_divergence if info.continuous else policy_divergence
+
+    saver = checkpoint.Checkpointer(logdir, cfg.keep_checkpoints, config_json)
+    extra: dict = {}
+    restored = None
+    if resume_point is not None:
+        carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
+                          else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
+        obs_template = jax.ShapeDtypeStruct((info.num_envs,) + tuple(info.obs_shape), info.obs_dtype)
+        actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp, obs_template)
+        # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
+        n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
+        template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
+        restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
+    try:
+        lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
+    except ConfigError:
+        saver.close()
+        raise
+    if resume_point is not None:
+        checkpoint.trim_metrics(logdir, extra["completed"])
+        wall_start -= extra["wall_time_s"]
+    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress,
+                      append=resume_point is not None)
+    if extra:
+        monitor.load_state_dict(extra["monitor"])
+    return Run(
+        cfg=cfg, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info, n_dev=n_dev,
+        steps_per_update=steps_per_update, num_updates=num_updates, spec=spec, learner_apply=learner_apply,
+        loss_apply=loss_apply, loss_cfg=loss_cfg, compressor=compressor, actor_apply=actor_apply, actor=actor,
+        optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp, k_actor=k_actor,
+        learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence, saver=saver, lock=lock,
+        monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
+    )
+
+
+def measure_speed(run: Run, state, actor_params, obs) -> dict:
+    """The actor's policy speedup over the learner's (:func:`accerl_jax.speed.policy_speedup`) on
+    ``obs [T, B, *obs_shape]`` (the first :data:`SPEED_FORWARDS` steps are used)."""
+    return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
+                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family)
+
+
+def unmeasured_speed(run: Run) -> dict:
+    """The speed fields of a run that stopped early (its policy speed is not measured)."""
+    return {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
+            "forward_batch": run.info.num_envs}
+
+
+def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
+              stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
+              **fields) -> dict:
+    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock.
+
+    ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
+    Returns the summary dict (see README, "Outputs").
+    """
+    cfg, info, monitor, saver = run.cfg, run.info, run.monitor, run.saver
+    times = monitor.times
+    wall = time.perf_counter() - run.wall_start
+    final = jax.device_get(metrics)
+    summary = {
+        "env": cfg.env,
+        "compressor": cfg.compressor,
+        "corrector": cfg.corrector,
+        "loss": cfg.loss,
+        "policy_lag": cfg.policy_lag,
+        "seed": cfg.seed,
+        "num_envs": info.num_envs,
+        "rollout_length": cfg.rollout_length,
+        "updates": completed,
+        "stopped": stopped,
+        "stop_reason": stop_reason,
+        "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
+        "skipped_updates": skipped_updates,
+        "resumed_from_update": run.resume_point.step if run.resume_point is not None else None,
+        "last_checkpoint": (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                            if saver.last_step is not None else None),
+        "checkpoint_time_s": saver.seconds,
+        "total_env_steps": monitor.env_steps,
+        "wall_time_s": wall,
+        "actor_time_s": times["actor"],
+        "env_time_s": times["env"],
+        "env_time_source": "calibrated: env-only rollouts with random actions" if info.jittable else "measured",
+        "inference_time_s": times["inference"],
+        "learner_time_s": times["learner"],
+        "compress_time_s": times["compress"],
+        "final_return_mean": monitor.return_mean if monitor.returns else None,
+        "return_window": cfg.return_window,
+        "returns_averaged": len(monitor.returns),
+        "episodes": monitor.episodes,
+        "steps_per_s": monitor.env_steps / wall,
+        "learner_network": dataclasses.asdict(run.spec),
+        "learner_params": networks.param_count(state.params),
+        "actor_params": networks.param_count(actor_params),
+        "actor_param_bytes": networks.param_bytes(actor_params),
+        "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
+        "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
+        "devices": run.n_dev,
+        "backend": jax.default_backend(),
+        "logdir": run.logdir,
+        "config": dataclasses.asdict(cfg),
+        **speed_report,
+        **fields,
+    }
+    monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
+    monitor.write_summary(summary)
+    run.lock.release()
+    return summary
