@@ -18,7 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-STAGES = ("actor", "env", "inference", "learner", "compress")
+# Wall seconds per stage (issues 5 and 6): the actor's rollout (split into env stepping and policy inference),
+# host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
+# compression of the actor's policy (of which distillation). Loops add to the stages they have.
+STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
 RUN_FILES = ("summary.json", "metrics.csv", "curves.png")  # with TensorBoard's events.out.*: a run's outputs
 
 
