@@ -103,7 +103,10 @@ class AnakinActor:
             return carry, _rollout_from_steps(obs, action, log_prob, tr)
 
         self._reset = jax.jit(env.reset)
-        self._rollout = xla.jit(lambda p, c: _run(p, c, False), family)
+        # The traceable rollout ``(params, carry) -> (carry, Rollout)``, for loops that fuse it into a
+        # larger program (the Anakin loop); ``rollout`` is its jitted form.
+        self.rollout_fn = lambda p, c: _run(p, c, False)
+        self._rollout = xla.jit(self.rollout_fn, family)
         # The env-only twin returns just the carry and a checksum, so that its rollout is not materialised.
         self._env_only = jax.jit(lambda c: jax.tree.map(jnp.sum, _run(None, c, True)[0].obs))
         self._env_only_compiled = False

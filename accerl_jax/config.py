@@ -43,8 +43,17 @@ class Config:
     """APPO: minibatches (groups of whole trajectories) per pass; num-envs must be a multiple of
     minibatches × devices (1 with --loss actor-critic)."""
     loop: str = "auto"
-    """Execution style: 'sequential' (actor, learner and compressor as separate timed jitted calls);
-    'auto' picks the default for the env."""
+    """Execution style: 'anakin' (gymnax only: rollout, correction, learner update and re-compression
+    fused into one jitted lax.scan over --log-every updates); 'sequential' (actor, learner and compressor
+    as separate timed jitted calls); 'auto' picks the default for the env (anakin for gymnax,
+    sequential for envpool)."""
+    compress_every: int = 1
+    """Re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
+    the last compressed policy, one more version behind per update; the Monitor logs the lag as
+    policy_lag_versions)."""
+    num_seeds: int = 1
+    """Anakin only: train this many independent seeds (--seed, --seed + 1, ...) at once with vmap; each
+    gets its own <logdir>/seed<k>/ with summary.json and metrics.csv."""
     policy_lag: int = 0
     """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
     before the latest (0: those made after the previous update)."""
@@ -152,6 +161,8 @@ def validate(cfg: Config) -> None:
         ("epochs", 0 < cfg.epochs <= 1000, "an integer in [1, 1000]"),
         ("minibatches", 0 < cfg.minibatches <= 65536, "an integer in [1, 65536]"),
         ("policy_lag", 0 <= cfg.policy_lag <= 1000, "an integer in [0, 1000]"),
+        ("compress_every", 0 < cfg.compress_every <= big, "an integer in [1, 2^31)"),
+        ("num_seeds", 0 < cfg.num_seeds <= 4096, "an integer in [1, 4096]"),
         ("return_window", 0 < cfg.return_window <= 10_000_000, "an integer in [1, 10^7]"),
         ("checkpoint_every", 0 <= cfg.checkpoint_every <= big, "an integer in [0, 2^31) (0 = only at the end)"),
         ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),

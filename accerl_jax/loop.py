@@ -17,22 +17,35 @@ from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib  # noqa: F401  (tests patch learner_lib.make_update)
 from accerl_jax import speed  # noqa: F401  (tests patch speed.policy_speedup)
 from accerl_jax.config import Config, ConfigError
+from accerl_jax.loops.anakin import check_anakin, run_anakin
 from accerl_jax.loops.sequential import run_sequential
 from accerl_jax.run import check_logdir, claim_logdir, default_logdir, make_loss_config, setup  # noqa: F401
 from accerl_jax.signals import StopSignals
 
-LOOPS = ("auto", "sequential")
+LOOPS = ("auto", "anakin", "sequential")
 
 
 def resolve_loop(cfg: Config) -> str:
-    """The loop ``cfg.loop`` names (``auto``: the sequential loop for now).
+    """The loop ``cfg.loop`` names (``auto``: ``anakin`` for jittable gymnax envs, ``sequential`` for
+    envpool; ``anakin`` also falls back to ``sequential`` under ``auto`` when ``--distill-async`` is set).
 
     Raises:
-      ConfigError: for a name outside :data:`LOOPS`.
+      ConfigError: for a name outside :data:`LOOPS`, ``--num-seeds`` > 1 with a loop other than anakin,
+        or anakin with what it cannot run (:func:`accerl_jax.loops.anakin.check_anakin`).
     """
     if cfg.loop not in LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
-    return "sequential" if cfg.loop == "auto" else cfg.loop
+    jittable = cfg.env.startswith("gymnax:")
+    loop = cfg.loop
+    if loop == "auto":
+        loop = "anakin" if jittable and (not cfg.distill_async or cfg.num_seeds > 1) else "sequential"
+    if cfg.num_seeds > 1 and loop != "anakin":
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
+                          "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
+                          "--num-seeds 1")
+    if loop == "anakin":
+        check_anakin(cfg, jittable)
+    return loop
 
 
 def train(cfg: Config, *, trained: dict | None = None) -> dict:
@@ -55,7 +68,7 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
     with StopSignals() as stop:
         try:
             run = setup(cfg, claimed)
-            loops = {"sequential": run_sequential}
+            loops = {"anakin": run_anakin, "sequential": run_sequential}
             return loops[loop](run, stop, trained, claimed)
         except KeyboardInterrupt:
             for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun

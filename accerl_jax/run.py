@@ -238,6 +238,9 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
         n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
         template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
+        if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
+            template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
+                                    template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
         lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
@@ -259,6 +262,13 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence, saver=saver, lock=lock,
         monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )
+
+
+def policy_versions(completed: int, count: int, compress_every: int) -> list[int]:
+    """Policy versions of the last ``count`` compressed parameter sets after ``completed`` updates, oldest
+    first: the set made after update ``u`` was compressed after update ``(u // compress_every) *
+    compress_every`` (0: the initial compression; sets older than the run are the initial one)."""
+    return [(max(u, 0) // compress_every) * compress_every for u in range(completed - count + 1, completed + 1)]
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:

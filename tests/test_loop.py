@@ -30,7 +30,8 @@ def test_default_logdirs_differ_for_identical_configs():
     assert loop.default_logdir(cfg) != loop.default_logdir(cfg)
 
 
-def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", ["anakin", "sequential"])
+def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypatch, which):
     real = loop.learner_lib.make_update
 
     def poisoned(*args, **kwargs):
@@ -43,7 +44,7 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
         return wrapped
 
     monkeypatch.setattr(loop.learner_lib, "make_update", poisoned)
-    cfg = tiny(tmp_path)
+    cfg = tiny(tmp_path, loop=which)
     summary = loop.train(cfg)
     assert summary["stopped"] == "diverged"
     assert summary["updates"] == 1  # stopped at the first non-finite loss, logged at once
@@ -55,18 +56,20 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
     assert json.loads(text)["stopped"] == "diverged"
 
 
-def test_interrupt_stops_run_and_writes_summary(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which, done", [("sequential", 3), ("anakin", 2)])
+def test_interrupt_stops_run_and_writes_summary(tmp_path, monkeypatch, which, done):
+    """Ctrl-C during rollout 4 abandons it (Anakin: its whole chunk, updates 3-4) and keeps what finished."""
     interrupt(monkeypatch, at=4)
-    cfg = tiny(tmp_path)
+    cfg = tiny(tmp_path, loop=which)
     summary = loop.train(cfg)
     assert summary["stopped"] == "interrupted"
-    assert summary["updates"] == 3 and summary["total_env_steps"] == 3 * 64
+    assert summary["updates"] == done and summary["total_env_steps"] == done * 64
     assert summary["kl_learner_actor"] is not None
     with open(f"{cfg.logdir}/summary.json") as f:
         assert json.load(f)["stopped"] == "interrupted"
     with open(f"{cfg.logdir}/metrics.csv") as f:
         last = f.readlines()[-1].split(",")
-    assert last[0] == "3"  # the interrupted run's last update has its own row (log_every is 2)
+    assert last[0] == str(done)  # the interrupted run's last update has its own row
 
 
 def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """Issue 7: checkpoints that resume exactly, determinism, signals, and the non-finite guard.
 
-In-process runs use gymnax CartPole (the Anakin actor) with tiny budgets (8 updates of 8 envs x 8
-steps); the signal tests send real signals to a real ``python -m accerl_jax.train`` subprocess.
+In-process runs use gymnax CartPole with tiny budgets (8 updates of 8 envs x 8 steps), in both the Anakin
+loop (the default for gymnax) and the sequential loop where it is cheap; the signal tests send real
+signals to a real ``python -m accerl_jax.train`` subprocess (the Anakin loop).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, loop
+from accerl_jax import checkpoint, guard, loop
 from accerl_jax.config import Config
 from accerl_jax.signals import Interrupted, StopSignals
 from actor_hooks import hook_actor
@@ -51,38 +52,38 @@ def assert_same_leaves(a: dict, b: dict) -> None:
 
 
 def poison_updates(monkeypatch, at: set[int], what: str) -> None:
-    """Make learner updates number ``at`` (1-based) produce a NaN in ``what`` ('params' or 'grad_norm')."""
-    real = loop.learner_lib.make_update
+    """Make learner updates number ``at`` (1-based) produce a NaN in ``what`` ('params' or 'grad_norm').
 
-    def make(*args, **kwargs):
-        update, calls = real(*args, **kwargs), {"n": 0}
+    The poison is traced into the guarded update (:func:`accerl_jax.guard.inject_fault`): it compares the
+    traced update number, so it works inside one jitted program (the Anakin scan) as in the sequential loop.
+    """
+    numbers = jnp.asarray(sorted(at), jnp.int32)
 
-        def wrapped(state, batch):
-            calls["n"] += 1
-            state, metrics = update(state, batch)
-            if calls["n"] in at:
-                if what == "params":
-                    state = state._replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
-                else:
-                    metrics = dict(metrics, **{what: jnp.float32(jnp.nan)})
-            return state, metrics
+    def fault(state, metrics, update_number):
+        hit = jnp.any(update_number == numbers)
+        if what == "params":
+            state = state._replace(params=jax.tree.map(lambda p: jnp.where(hit, p * jnp.nan, p), state.params))
+        else:
+            metrics = dict(metrics, **{what: jnp.where(hit, jnp.float32(jnp.nan), metrics[what])})
+        return state, metrics
 
-        return wrapped
-
-    monkeypatch.setattr(loop.learner_lib, "make_update", make)
+    monkeypatch.setattr(guard, "inject_fault", fault)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """An uninterrupted run of UPDATES updates: its summary and its final checkpoint's arrays."""
+LOOPS = ("anakin", "sequential")
+
+
+@pytest.fixture(scope="module", params=LOOPS)
+def reference(request, tmp_path_factory):
+    """An uninterrupted run of UPDATES updates in each loop: its summary and its final checkpoint's arrays."""
     logdir = tmp_path_factory.mktemp("ref") / "run"
-    summary = loop.train(tiny(logdir))
+    summary = loop.train(tiny(logdir, loop=request.param))
     return summary, checkpoint.read_leaves(str(logdir), UPDATES), str(logdir)
 
 
 def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
     ref_summary, ref_leaves, ref_dir = reference
-    summary = loop.train(tiny(tmp_path / "again"))
+    summary = loop.train(tiny(tmp_path / "again", loop=ref_summary["loop"]))
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref_summary[key], key
     assert ref_summary["episodes"] > 0 and ref_summary["final_return_mean"] > 0
@@ -92,36 +93,45 @@ def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
 
 def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypatch):
     ref_summary, ref_leaves, _ = reference
+    which = ref_summary["loop"]
     logdir = tmp_path / "run"
-    # A real SIGINT to this process during rollout 3: update 3 finishes, is saved, and the run stops.
+    # A real SIGINT to this process during rollout 3: the update (Anakin: the chunk of updates 3-4) finishes,
+    # is saved, and the run stops.
+    stop_at = 3 if which == "sequential" else 4
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, checkpoint_every=0))
+    first = loop.train(tiny(logdir, checkpoint_every=0, loop=which))
     assert first["stopped"] == "interrupted" and first["exit_signal"] == "SIGINT"
-    assert first["updates"] == 3 and steps(logdir) == [3]
+    assert first["updates"] == stop_at and steps(logdir) == [stop_at]
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), checkpoint_every=0))
-    assert summary["stopped"] is None and summary["resumed_from_update"] == 3
+    summary = loop.train(tiny(None, resume=str(logdir), checkpoint_every=0, loop=which))
+    assert summary["stopped"] is None and summary["resumed_from_update"] == stop_at
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref_summary[key], key
     assert summary["wall_time_s"] > first["wall_time_s"]  # the summary covers both sessions
     assert_same_leaves(checkpoint.read_leaves(str(logdir), UPDATES), ref_leaves)  # bitwise, every array
     updates = [int(r["update"]) for r in metric_rows(logdir)]
-    assert updates == [2, 3, 4, 6, 8]  # appended, no update twice
+    assert updates == sorted({2, stop_at, 4, 6, 8})  # appended, no update twice
     assert float(metric_rows(logdir)[-1]["env_steps"]) == 8 * 8 * UPDATES
 
 
-def test_resume_with_policy_lag_keeps_the_stale_actor_params(tmp_path, monkeypatch):
-    """With --policy-lag 1 the actor runs the previous update's policy: a resume must restore both sets."""
+@pytest.mark.parametrize("which", LOOPS)
+def test_resume_with_policy_lag_keeps_the_stale_actor_params(tmp_path, monkeypatch, which):
+    """With --policy-lag 1 the actor runs the previous update's policy: a resume must restore both sets.
+    Re-compressing every 3 updates, the resumed run must also continue the refresh schedule."""
+    flags = dict(policy_lag=1, checkpoint_every=0, compress_every=3, loop=which)
     straight = tmp_path / "straight"
-    ref = loop.train(tiny(straight, policy_lag=1, checkpoint_every=0))
+    ref = loop.train(tiny(straight, **flags))
     logdir = tmp_path / "run"
+    stop_at = 3 if which == "sequential" else 4
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, policy_lag=1, checkpoint_every=0))
-    assert first["updates"] == 3 and steps(logdir) == [3]
+    first = loop.train(tiny(logdir, **flags))
+    assert first["updates"] == stop_at and steps(logdir) == [stop_at]
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), policy_lag=1, checkpoint_every=0))
+    summary = loop.train(tiny(None, resume=str(logdir), **flags))
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref[key], key
+    # The acting policy's lag behind the learner, in versions (refresh after updates 3 and 6, one set stale).
+    assert [float(r["policy_lag_versions"]) for r in metric_rows(straight)] == [1.0, 3.0, 2.0, 1.0]
     leaves = checkpoint.read_leaves(str(logdir), UPDATES)
     assert any(path.startswith(".actor_params[1]") for path in leaves)  # both actor parameter sets were saved
     assert_same_leaves(leaves, checkpoint.read_leaves(str(straight), UPDATES))
@@ -132,10 +142,11 @@ def test_keep_last_k_checkpoints(tmp_path):
     assert steps(tmp_path / "run") == [7, 8]
 
 
-def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", LOOPS)
+def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch, which):
     poison_updates(monkeypatch, {3}, "params")
     logdir = tmp_path / "run"
-    summary = loop.train(tiny(logdir, checkpoint_every=2))
+    summary = loop.train(tiny(logdir, checkpoint_every=2, loop=which))
     assert summary["stopped"] == "diverged"
     assert summary["stop_reason"].startswith("non-finite parameters at update 3")
     assert steps(logdir) == [2] and summary["last_checkpoint"].endswith(os.path.join("checkpoints", "2"))
@@ -143,10 +154,11 @@ def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch
     assert all(np.isfinite(v).all() for v in good.values() if v.dtype.kind == "f")
 
 
-def test_nan_gradients_skipped_and_counted(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", LOOPS)
+def test_nan_gradients_skipped_and_counted(tmp_path, monkeypatch, which):
     poison_updates(monkeypatch, {3, 5}, "grad_norm")
     logdir = tmp_path / "run"
-    summary = loop.train(tiny(logdir, on_nan="skip"))
+    summary = loop.train(tiny(logdir, on_nan="skip", loop=which))
     assert summary["stopped"] is None and summary["updates"] == UPDATES
     assert summary["skipped_updates"] == 2
     assert float(metric_rows(logdir)[-1]["skipped_updates"]) == 2

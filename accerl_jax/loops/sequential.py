@@ -1,7 +1,8 @@
 """The sequential loop: actor rollout, learner update and compression as separate jitted calls, one
 after the other, each timed by the Monitor (``--loop sequential``; the baseline of
 ``experiments/throughput.py``). The actor runs the compressed parameters made ``--policy-lag`` updates
-before the latest.
+before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard
+is fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuard`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from accerl_jax import checkpoint
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, summarize, unmeasured_speed
+from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
+                            unmeasured_speed)
 from accerl_jax.signals import Interrupted, StopSignals
 
 
@@ -28,7 +30,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
     learner_logits, actor_logits, divergence, logdir = run.learner_logits, run.actor_logits, run.divergence, run.logdir
     state, k_actor, k_comp, params, lock = run.state, run.k_actor, run.k_comp, run.params, run.lock
     env_calibration = list(extra.get("env_calibration", []))  # seconds of one env-only rollout (Anakin actors)
-    guard = UpdateGuard(run.update, cfg.on_nan, skipped=extra.get("skipped_updates", 0))
+    guard = UpdateGuard(run.update, cfg.on_nan, skipped=extra.get("skipped_updates", 0), family=run.spec.family)
     metrics: dict = {}
     stopped = None
     stop_reason = None
@@ -73,6 +75,9 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                 carry = actor.reset(k_actor)._replace(key=carry)
         # The last policy_lag + 1 compressed parameter sets, oldest first; the actor runs the oldest.
         lagged = collections.deque(lagged_params, maxlen=cfg.policy_lag + 1)
+        # The policy version (the update after which it was compressed; 0 = initial) of each set in lagged.
+        versions = collections.deque(policy_versions(start_update, len(lagged), cfg.compress_every),
+                                     maxlen=cfg.policy_lag + 1)
         # The last completed update's state: what a checkpoint saves, even if a later update is abandoned.
         snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state, checkpoint.host_key_only(carry, info.jittable))
         for it in range(start_update + 1, num_updates + 1):
@@ -82,15 +87,21 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             for stage in ("env", "inference"):
                 if f"{stage}_time_s" in actor_times:
                     monitor.add_time(stage, actor_times[f"{stage}_time_s"])
+            lag = it - 1 - versions[0]  # learner versions the acting policy is behind
             with monitor.time("learner"):
-                state, metrics, bad = guard(state, rollout)  # bad: the non-finite quantity (--on-nan stop)
+                state, metrics, bad = guard(state, rollout, it)  # bad: the non-finite quantity (--on-nan stop)
                 jax.block_until_ready(state)
-            with monitor.time("compress"):
-                obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
-                previous = actor_params
-                actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
-                jax.block_until_ready(actor_params)
-                lagged.append(actor_params)
+            metrics["policy_lag_versions"] = lag
+            obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
+            previous = actor_params
+            if it % cfg.compress_every == 0:
+                with monitor.time("compress"):
+                    actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
+                    jax.block_until_ready(actor_params)
+                versions.append(it)
+            else:
+                versions.append(versions[-1])
+            lagged.append(actor_params)
             refreshed = actor_params is not previous
             refreshes += refreshed
             # Every --log-every-th refresh of the actor's policy logs its divergence: measuring it at every

@@ -1,0 +1,374 @@
+"""The Anakin loop (``--loop anakin``; the default for gymnax): the whole actor-learner iteration in one
+jitted program (Podracer's Anakin, Hessel et al. 2021, https://arxiv.org/abs/2104.06272; issue 5).
+
+One *update* is: a rollout of ``T`` steps of the ``B`` gymnax envs with the compressed policy the actor
+was given, the Corrector and learner update with the non-finite guard fused in
+(:func:`accerl_jax.guard.guard_update`), and re-compression of the new learner parameters every
+``--compress-every`` updates. A *chunk* of updates (up to the next ``--log-every`` /
+``--checkpoint-every`` boundary) is one ``lax.scan`` of that update inside one jitted call; between
+chunks the host logs, checkpoints and checks for signals, so a signal stops the run within a chunk.
+
+Pipelining: the actor acts with the compressed parameters made ``--policy-lag`` updates before the latest
+(a fixed-length tuple in the scan carry, oldest first), and each set carries its *policy version* (the
+update after which it was compressed), so the lag of the acting policy behind the learner is known at
+every update and logged as ``policy_lag_versions``.
+
+``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
+leading seed axis of the state; each seed gets ``<logdir>/seed<k>/`` (metrics.csv, summary.json, curves)
+and the run's summary lists them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from accerl_jax import checkpoint, networks, xla
+from accerl_jax import learner as learner_lib
+from accerl_jax.actor import ActorCarry
+from accerl_jax.guard import FINITE, guard_update, quantity
+from accerl_jax.monitor import Monitor
+from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
+                            unmeasured_speed)
+from accerl_jax.signals import Interrupted, StopSignals
+
+
+class AnakinState(NamedTuple):
+    """The scan carry of the Anakin loop (one seed; ``--num-seeds`` adds a leading seed axis to every leaf)."""
+
+    learner: learner_lib.LearnerState
+    actor_params: tuple  # the last --policy-lag + 1 compressed parameter sets, oldest first; the actor runs [0]
+    versions: jax.Array  # [policy_lag + 1] int32: the update after which each set was compressed (0: initial)
+    compressor: Any  # compressor state, dict keyed by stage name
+    carry: ActorCarry  # env state, current observations, action-sampling key
+    obs: jax.Array  # [T * B, *obs_shape] the last rollout's observations (held-out set for divergence logs)
+    update: jax.Array  # [] int32, updates completed
+    skipped: jax.Array  # [] int32, updates skipped by --on-nan skip
+    bad_update: jax.Array  # [] int32, the first update with a non-finite quantity (--on-nan stop), 0: none
+    bad_quantity: jax.Array  # [] int32, its index into accerl_jax.guard.QUANTITIES, FINITE (-1): none
+
+
+class UpdateOutput(NamedTuple):
+    """What one update hands the host (stacked over the chunk: a leading ``[C]`` axis)."""
+
+    metrics: dict  # [] float32 each: the learner's metrics, skipped_updates, policy_lag_versions
+    episode_return: jax.Array  # [T, B] float32, return of the episode that ended at each step
+    finished: jax.Array  # [T, B] bool, an episode ended at this step
+    refreshed: jax.Array  # [] bool, the actor's policy was re-compressed after this update
+
+
+def make_update_step(run: Run):
+    """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``."""
+    cfg, compressor, info = run.cfg, run.compressor, run.info
+    guarded = guard_update(run.update, cfg.on_nan)
+    every = cfg.compress_every
+
+    def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
+        it = s.update + 1
+        carry, rollout = run.actor.rollout_fn(s.actor_params[0], s.carry)
+        learner, metrics, bad = guarded(s.learner, rollout, it)
+        skipped = s.skipped + (bad != FINITE).astype(jnp.int32) if cfg.on_nan == "skip" else s.skipped
+        obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
+        if every == 1:
+            actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs)
+            refreshed, version = jnp.bool_(True), it
+        else:
+            refreshed = it % every == 0
+            actor_params, comp_state = jax.lax.cond(
+                refreshed, lambda: compressor.compress(learner.params, s.compressor, obs),
+                lambda: (s.actor_params[-1], s.compressor))
+            version = jnp.where(refreshed, it, s.versions[-1])
+        first_bad = (s.bad_update == 0) & (bad != FINITE) if cfg.on_nan == "stop" else jnp.bool_(False)
+        new = AnakinState(
+            learner=learner,
+            actor_params=s.actor_params[1:] + (actor_params,),
+            versions=jnp.concatenate([s.versions[1:], jnp.reshape(version, (1,)).astype(jnp.int32)]),
+            compressor=comp_state,
+            carry=carry,
+            obs=obs,
+            update=it,
+            skipped=skipped,
+            bad_update=jnp.where(first_bad, it, s.bad_update),
+            bad_quantity=jnp.where(first_bad, bad, s.bad_quantity),
+        )
+        metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
+                       policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
+        finished = (rollout.terminated | rollout.truncated) & rollout.valid
+        return new, UpdateOutput(metrics, rollout.episode_return, finished, refreshed)
+
+    return step
+
+
+def make_chunk(run: Run):
+    """The jitted chunk ``(AnakinState, length) -> (AnakinState, UpdateOutput [C, ...])``; ``length``
+    (static) updates in one ``lax.scan``; vmapped over the seed axis for ``--num-seeds`` > 1."""
+    step = make_update_step(run)
+
+    def chunk(state: AnakinState, length: int):
+        return jax.lax.scan(step, state, None, length=length)
+
+    if run.cfg.num_seeds > 1:
+        def chunk_seeds(state: AnakinState, length: int):
+            return jax.vmap(functools.partial(chunk, length=length))(state)
+
+        return xla.jit(chunk_seeds, run.spec.family, static_argnums=1)
+    return xla.jit(chunk, run.spec.family, static_argnums=1)
+
+
+def initial_state(run: Run, seed: int) -> AnakinState:
+    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it."""
+    cfg = run.cfg
+    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(seed), 3)
+    params = networks.init_params(run.spec, k_net)
+    carry = run.actor.reset(k_actor)
+    actor_params, comp_state = run.compressor.init(params, k_comp, carry.obs)  # first obs calibrate int8
+    lag = cfg.policy_lag + 1
+    obs = jnp.zeros((cfg.rollout_length * run.info.num_envs,) + tuple(run.info.obs_shape), carry.obs.dtype)
+    zero = jnp.zeros((), jnp.int32)
+    return AnakinState(learner_lib.init_state(params, run.optimizer), (actor_params,) * lag,
+                       jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
+                       jnp.full((), FINITE, jnp.int32))
+
+
+def restored_state(run: Run, skipped) -> AnakinState:
+    """The state of a ``--resume`` checkpoint: its (trimmed) lagged parameter sets padded to
+    ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
+    cfg, completed = run.cfg, run.start_update
+    learner, lagged, comp_state, carry = run.restored
+    lag = cfg.policy_lag + 1
+    lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
+    versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
+    seeds = cfg.num_seeds
+    obs = jnp.zeros((cfg.rollout_length * run.info.num_envs,) + tuple(run.info.obs_shape), carry.obs.dtype)
+
+    def per_seed(x):
+        return jnp.broadcast_to(x, (seeds,) + x.shape) if seeds > 1 else x
+
+    return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
+                       per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
+                       per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
+
+
+def check_anakin(cfg, jittable: bool) -> None:
+    """Refuse what the Anakin loop cannot run.
+
+    Raises:
+      ConfigError: a host (envpool) env, or ``--distill-async`` (a host thread cannot run inside the
+        jitted program).
+    """
+    from accerl_jax.config import ConfigError
+
+    if not jittable:
+        raise ConfigError(f"bad --loop anakin for {cfg.env}: the Anakin loop steps the envs inside one jitted "
+                          "program and needs a jittable (gymnax) env; use --loop sequential")
+    if cfg.distill_async:
+        raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
+                          "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
+                          "(distillation then runs inside the program) or use --loop sequential")
+
+
+def _seed(tree, k: int, seeds: int):
+    return jax.tree.map(lambda x: x[k], tree) if seeds > 1 else tree
+
+
+def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[str]) -> dict:
+    """Train ``run`` to its budget (or a signal / non-finite update) and return its summary (with
+    ``--num-seeds`` > 1, the run's summary with ``"seeds"``: one summary per seed).
+
+    Raises:
+      ConfigError: see :func:`check_anakin`.
+      accerl_jax.signals.Interrupted: a signal before the first chunk of this session finished.
+    """
+    cfg, info, saver, lock, logdir = run.cfg, run.info, run.saver, run.lock, run.logdir
+    extra, num_updates, steps_per_update = run.extra, run.num_updates, run.steps_per_update
+    seeds, lag = cfg.num_seeds, cfg.policy_lag + 1
+    start_update = run.start_update
+    # One Monitor per seed: the run's own for one seed; <logdir>/seed<k>/ for several (run.monitor then
+    # pools the episodes of all seeds).
+    if seeds == 1:
+        monitors = [run.monitor]
+    else:
+        monitors = []
+        for k in range(seeds):
+            m = Monitor(os.path.join(logdir, f"seed{k}"), num_updates * steps_per_update, cfg.return_window,
+                        progress=False, append=run.resume_point is not None)
+            if extra:
+                m.load_state_dict(extra["seed_monitors"][k])
+            monitors.append(m)
+    chunk_fn = make_chunk(run)
+    fused_time = float(extra.get("fused_time_s", 0.0))
+    stopped = stop_reason = None
+    completed = logged = start_update
+    last_metrics: list[dict] = [{} for _ in range(seeds)]
+
+    def snapshot_of(s: AnakinState) -> checkpoint.TrainState:
+        # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
+        n = min(int(completed), cfg.policy_lag) + 1
+        return checkpoint.TrainState(s.learner, s.actor_params[lag - n:], s.compressor, s.carry)
+
+    def save(step: int) -> None:
+        deferring, stop.deferring = stop.deferring, True  # a signal never cuts a checkpoint write short
+        try:
+            saver.save(step, snapshot, {
+                "completed": step, "monitor": run.monitor.state_dict(),
+                "seed_monitors": [m.state_dict() for m in monitors] if seeds > 1 else [],
+                "skipped_updates": skipped_now.tolist() if seeds > 1 else int(skipped_now),
+                "fused_time_s": fused_time, "wall_time_s": time.perf_counter() - run.wall_start,
+            })
+        finally:
+            stop.deferring = deferring
+
+    def log(it: int, state: AnakinState, metrics: list[dict], refreshed: bool) -> list[dict]:
+        out = []
+        for k, m in enumerate(monitors):
+            s = _seed(state, k, seeds)
+            held = s.obs[:DIVERGENCE_SAMPLES]
+            # The divergence of the policy the actor runs next (possibly versions behind) from the learner's.
+            row = dict(metrics[k], time_fused_s=fused_time,
+                       **run.divergence(run.learner_logits(s.learner.params, held),
+                                        run.actor_logits(s.actor_params[0], held)))
+            if refreshed:
+                fresh = s.obs[:REFRESH_SAMPLES]
+                m.log_refresh(it, run.divergence(run.learner_logits(s.learner.params, fresh),
+                                                 run.actor_logits(s.actor_params[-1], fresh)))
+            m.log(it, row)
+            out.append(row)
+        if seeds > 1:
+            run.monitor.log(it, dict(out[0], return_mean_over_seeds=float(np.mean([m.return_mean for m in monitors]))))
+        return out
+
+    def boundary(after: int) -> int:
+        ends = [num_updates, (after // cfg.log_every + 1) * cfg.log_every]
+        if cfg.checkpoint_every:
+            ends.append((after // cfg.checkpoint_every + 1) * cfg.checkpoint_every)
+        return min(ends)
+
+    state = None
+    try:
+        if run.resume_point is None:
+            states = [initial_state(run, cfg.seed + k) for k in range(seeds)]
+            state = states[0] if seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        else:
+            state = restored_state(run, extra.get("skipped_updates", 0))
+        skipped_now = np.asarray(jax.device_get(state.skipped))
+        snapshot = snapshot_of(state)
+        while completed < num_updates:
+            end = boundary(completed)
+            start = time.perf_counter()
+            new_state, out = chunk_fn(state, end - completed)
+            jax.block_until_ready(new_state)
+            fused_time += time.perf_counter() - start
+            out, bad_update, bad_quantity = jax.device_get((out, new_state.bad_update, new_state.bad_quantity))
+            bad_seeds = np.asarray(bad_update).reshape(-1)
+            bad_update = int(bad_seeds[bad_seeds > 0].min()) if np.any(bad_seeds > 0) else 0  # any seed stops it
+            last = (bad_update if bad_update else end) - completed  # updates of this chunk that count
+            for k, m in enumerate(monitors):
+                o = _seed(out, k, seeds)
+                for i in range(last):
+                    m.record_episodes(o.episode_return[i], o.finished[i], steps_per_update)
+                    if seeds > 1:
+                        run.monitor.record_episodes(o.episode_return[i], o.finished[i], steps_per_update)
+                last_metrics[k] = {name: v[last - 1] for name, v in o.metrics.items()}
+            refreshed = bool(np.any(out.refreshed[..., :last]))
+            state, completed = new_state, completed + last
+            claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
+            skipped_now = np.asarray(jax.device_get(state.skipped))
+            if bad_update:
+                # The diverged state is never saved: the last good checkpoint stays.
+                seed_k = int(np.argmax(np.asarray(new_state.bad_update).reshape(-1) == bad_update))
+                what = quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k]))
+                m = last_metrics[seed_k]
+                stopped = "diverged"
+                stop_reason = (f"non-finite {what} at update {bad_update}"
+                               + (f" of seed {cfg.seed + seed_k}" if seeds > 1 else "")
+                               + f" (loss {float(m['loss'])}, grad_norm {float(m['grad_norm'])})")
+                last_metrics, logged = log(completed, state, last_metrics, refreshed), completed
+                break
+            snapshot = snapshot_of(state)
+            if completed % cfg.log_every == 0 or completed == num_updates:
+                last_metrics, logged = log(completed, state, last_metrics, refreshed), completed
+            else:
+                for m in monitors:
+                    m.progress()
+            if cfg.checkpoint_every and completed % cfg.checkpoint_every == 0:
+                save(completed)
+            stop.armed = True  # from now on a signal stops at the end of the chunk in flight
+            if stop.requested is not None:
+                stopped = "interrupted"
+                break
+    except KeyboardInterrupt:  # a signal before the first chunk, or a second one: abandon the chunk
+        stopped = "interrupted"
+    stop.deferring = True  # saving and summarising are never cut short by another signal
+    if stopped == "interrupted" and completed == start_update:
+        for m in monitors[1:] if seeds == 1 else monitors:
+            m.close()
+        run.monitor.close()
+        lock.release()
+        saver.close()
+        if start_update == 0:
+            checkpoint.remove_run(logdir)  # nothing ran: free the folder for a rerun
+            for m in monitors if seeds > 1 else []:
+                m.discard()
+            run.monitor.discard()
+        raise Interrupted(stop.requested)
+    final = state  # for a diverged run: the chunk's final state, summarised but never saved
+    try:
+        if stopped != "diverged" and saver.last_step != completed:
+            save(completed)
+        if logged != completed:  # the interrupted run's last updates get their row too
+            last_metrics = log(completed, state, last_metrics, False)
+        s0 = _seed(final, 0, seeds)
+        obs_t = s0.obs.reshape((cfg.rollout_length, info.num_envs) + tuple(info.obs_shape))
+        speed_report = (measure_speed(run, s0.learner, s0.actor_params[-1], obs_t) if stopped is None
+                        else unmeasured_speed(run))  # a stopped run exits promptly
+    except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
+        stopped = "interrupted"
+        speed_report = unmeasured_speed(run)
+    finally:
+        for m in monitors:
+            m.close()
+        run.monitor.close()
+        saver.close()
+    s0 = _seed(final, 0, seeds)
+    if trained is not None:
+        trained.update(learner_params=s0.learner.params, actor_params=s0.actor_params[-1], obs=s0.obs)
+    skipped_list = np.asarray(skipped_now).reshape(-1).tolist()
+    common = dict(completed=completed, stopped=stopped, stop_reason=stop_reason, exit_signal=stop.requested,
+                  speed_report=speed_report, loop="anakin", fused_time_s=fused_time, num_seeds=seeds,
+                  compress_every=cfg.compress_every, env_time_source="not split: one fused program",
+                  policy_lag_versions=float(last_metrics[0].get("policy_lag_versions", np.nan)))
+    last_checkpoint = (os.path.join(logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                       if saver.last_step is not None else None)
+    if seeds == 1:
+        return summarize(run, state=s0.learner, actor_params=s0.actor_params[-1], metrics=last_metrics[0],
+                         skipped_updates=int(skipped_list[0]), **common)
+    per_seed = []
+    for k, m in enumerate(monitors):
+        s = _seed(final, k, seeds)
+        seed_run = dataclasses.replace(run, cfg=dataclasses.replace(cfg, seed=cfg.seed + k), monitor=m,
+                                       logdir=m.logdir, lock=_NoLock())
+        per_seed.append(summarize(seed_run, state=s.learner, actor_params=s.actor_params[-1],
+                                  metrics=last_metrics[k], skipped_updates=int(skipped_list[k]),
+                                  last_checkpoint=last_checkpoint, **common))
+    returns = [p["final_return_mean"] for p in per_seed]
+    finite = [r for r in returns if r is not None]
+    top = summarize(run, state=s0.learner, actor_params=s0.actor_params[-1], metrics=last_metrics[0],
+                    skipped_updates=int(sum(skipped_list)),
+                    final_return_mean=float(np.mean(finite)) if finite else None,
+                    final_return_mean_per_seed=returns,
+                    seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")} for p in per_seed],
+                    **common)
+    return top
+
+
+class _NoLock:
+    """A seed's summary releases no lock: the run's lock is released by the run's own summary."""
+
+    def release(self) -> None:
+        pass

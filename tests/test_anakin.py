@@ -1,0 +1,93 @@
+"""The Anakin loop (issue 5): one jitted program per chunk of updates, vmapped over seeds.
+
+Tiny budgets (4 updates of 4 envs x 8 steps, compressor none) so that the whole file stays a few
+seconds of CPU; the loop's checkpoints, signals and NaN guard are tested in test_reliability.py and
+test_loop.py for both loops.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from accerl_jax import checkpoint, loop
+from accerl_jax.config import Config, ConfigError
+
+UPDATES = 4
+
+
+def tiny(logdir, **kw) -> Config:
+    kw = dict(dict(total_steps=4 * 8 * UPDATES, num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0,
+                   compressor="none", logdir=str(logdir), progress=False), **kw)
+    return Config(**kw)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("anakin") / "run"
+    return loop.train(tiny(logdir, loop="anakin")), str(logdir)
+
+
+def test_auto_loop_is_anakin_for_gymnax_and_sequential_for_envpool():
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
+    assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sequential"
+    # Asynchronous distillation needs a host thread: auto falls back to the sequential loop.
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(loop="anakin", env="envpool:CartPole-v1"), "needs a jittable .gymnax. env; use --loop sequential"),
+    (dict(loop="anakin", distill_async=True), "drop --distill-async .* or use --loop sequential"),
+    (dict(loop="sequential", num_seeds=2), "bad --num-seeds 2 with --loop sequential"),
+    (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
+    (dict(loop="anakin", compress_every=0), "bad --compress-every 0"),
+    (dict(loop="anakin", num_seeds=0), "bad --num-seeds 0"),
+])
+def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):
+    with pytest.raises(ConfigError, match=message):
+        loop.train(tiny(tmp_path / "run", **flags))
+    assert not (tmp_path / "run").exists()
+
+
+def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
+    """The fused program and the stage-by-stage loop do the same arithmetic: same episodes, returns and
+    (to float32 rounding) the same final parameters."""
+    fused, fused_dir = single
+    staged = loop.train(tiny(tmp_path / "seq", loop="sequential"))
+    assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean"):
+        assert fused[key] == staged[key], key
+    a, b = checkpoint.read_leaves(fused_dir, UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
+    assert list(a) == list(b)
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+
+
+def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path):
+    """--num-seeds 2: seed 0 of the vmapped program is the single-seed run; seed 1 is another run."""
+    one, _ = single
+    logdir = tmp_path / "seeds"
+    summary = loop.train(tiny(logdir, loop="anakin", num_seeds=2))
+    assert summary["num_seeds"] == 2 and len(summary["seeds"]) == 2
+    per_seed = []
+    for k in range(2):
+        with open(os.path.join(logdir, f"seed{k}", "summary.json")) as f:
+            per_seed.append(json.load(f))
+        assert os.path.exists(os.path.join(logdir, f"seed{k}", "metrics.csv"))
+    assert [s["seed"] for s in per_seed] == [0, 1]
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean"):
+        assert per_seed[0][key] == one[key], key
+    assert per_seed[1]["final_return_mean"] != per_seed[0]["final_return_mean"]
+    assert summary["final_return_mean_per_seed"] == [s["final_return_mean"] for s in per_seed]
+    assert summary["total_env_steps"] == 2 * one["total_env_steps"]
+
+
+@pytest.mark.slow
+def test_anakin_default_job_solves_cartpole(tmp_path):
+    """The default job (800k steps, distill:small, V-trace) in the Anakin loop reaches CartPole's solved
+    return (mean of the last 100 episodes >= 475)."""
+    summary = loop.train(Config(loop="anakin", logdir=str(tmp_path / "run"), progress=False))
+    assert summary["loop"] == "anakin" and summary["stopped"] is None
+    assert summary["final_return_mean"] >= 475.0
