@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--only", default="", help="comma list of measurement names to run (default: all)")
     args = p.parse_args(argv)
     if args.quick:
-        args.updates, args.repeats = 60, 1
+        args.updates, args.repeats = min(args.updates, 60), 1
     return args
 
 
@@ -75,7 +75,7 @@ def run_loop(loop_name: str, compressor: str, args) -> dict:
     out = {"steps_per_s": steps / wall, "window_s": wall, "window_updates": int(last["update"] - first["update"]),
            "run_wall_s": summary["wall_time_s"], "final_return_mean": summary["final_return_mean"]}
     stages = {}
-    for name in ("actor", "learner", "compress", "fused"):
+    for name in ("actor", "learner", "compress", "fused_wait"):
         key = f"time_{name}_s"
         if key in last and last[key] == last[key]:
             stages[name] = last[key] - first[key]
@@ -150,7 +150,8 @@ def run_bare(compressor: str, args, chunk: int = 10) -> dict:
 
     run, state, cfg = make_bare(compressor, args)
     n = jnp.zeros((chunk,))
-    state = jax.block_until_ready(run(state, n))  # compile
+    for _ in range(2):  # compile; the second call compiles again for the outputs' shardings
+        state = jax.block_until_ready(run(state, n))
     start = time.perf_counter()
     for _ in range(args.updates // chunk):
         state = run(state, n)
@@ -159,6 +160,48 @@ def run_bare(compressor: str, args, chunk: int = 10) -> dict:
     updates = (args.updates // chunk) * chunk
     return {"steps_per_s": updates * cfg.num_envs * cfg.rollout_length / wall, "window_s": wall,
             "window_updates": updates}
+
+
+def measure_programs(compressor: str, args, chunk: int = 10, rounds: int = 8) -> dict:
+    """The programs alone, no host work: the bare scan vs the Anakin loop's jitted chunk (guard, policy
+    versions, metrics, divergence at the chunk's end), ``chunk`` updates per call, 5 calls per round,
+    rounds interleaved; ms per update (medians). Separates in-program overhead from the loop's host work."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from accerl_jax import run as run_lib
+    from accerl_jax.config import Config
+    from accerl_jax.loops import anakin
+
+    bare, bare_state, _ = make_bare(compressor, args)
+    n = jnp.zeros((chunk,))
+    cfg = Config(env=args.env, compressor=compressor, progress=False,
+                 logdir=tempfile.mkdtemp(prefix="throughput-program-"))
+    run = run_lib.setup(cfg, [])
+    fn = anakin.make_chunk(run)
+    state = jax.device_put(anakin.initial_state(run, cfg.seed), anakin.state_sharding())
+    for _ in range(2):
+        bare_state = jax.block_until_ready(bare(bare_state, n))
+        state = jax.block_until_ready(fn(state, chunk)[0])
+    ms = {"bare": [], "anakin_chunk": []}
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(5):
+            bare_state = bare(bare_state, n)
+        jax.block_until_ready(bare_state)
+        ms["bare"].append((time.perf_counter() - start) / (5 * chunk) * 1e3)
+        start = time.perf_counter()
+        for _ in range(5):
+            state = fn(state, chunk)[0]
+        jax.block_until_ready(state)
+        ms["anakin_chunk"].append((time.perf_counter() - start) / (5 * chunk) * 1e3)
+    run.lock.release()
+    run.saver.close()
+    run.monitor.close()
+    med = {k: float(np.median(v)) for k, v in ms.items()}
+    return {"ms_per_update": med, "ms_per_update_rounds": ms,
+            "anakin_program_overhead_vs_bare": med["anakin_chunk"] / med["bare"] - 1.0}
 
 
 def measure_core(args) -> dict:
@@ -181,7 +224,11 @@ def measure_core(args) -> dict:
         bare, ana, seq = (out[f"{k}|{comp}"]["steps_per_s"] for k in ("bare", "anakin", "sequential"))
         ratios[comp] = {"anakin_overhead_vs_bare": bare / ana - 1.0, "anakin_speedup_vs_sequential": ana / seq,
                         "sequential_overhead_vs_bare": bare / seq - 1.0, "target_anakin_overhead_le_10pct": bare / ana - 1.0 <= 0.10}
-    return {"runs": out, "ratios": ratios}
+    programs = {comp: measure_programs(comp, args) for comp in ("none", args.compressor)}
+    for comp, p in programs.items():
+        print(f"  program only, {comp}: bare {p['ms_per_update']['bare']:.2f} ms/update, anakin chunk "
+              f"{p['ms_per_update']['anakin_chunk']:.2f} ms/update", flush=True)
+    return {"runs": out, "ratios": ratios, "programs": programs}
 
 
 def _sebulba(args) -> dict:
@@ -211,6 +258,13 @@ def to_markdown(result: dict) -> str:
         for comp, r in core["ratios"].items():
             lines.append(f"| {comp} | {100 * r['anakin_overhead_vs_bare']:+.1f}% | {r['anakin_speedup_vs_sequential']:.2f}x "
                          f"| {100 * r['sequential_overhead_vs_bare']:+.1f}% |")
+    if core and "programs" in core:
+        lines += ["", "Programs alone (no host work; interleaved rounds, medians):", "",
+                  "| compressor | bare ms/update | anakin chunk ms/update | overhead |", "|---|---:|---:|---:|"]
+        for comp, p in core["programs"].items():
+            m = p["ms_per_update"]
+            lines.append(f"| {comp} | {m['bare']:.2f} | {m['anakin_chunk']:.2f} | "
+                         f"{100 * p['anakin_program_overhead_vs_bare']:+.1f}% |")
     for name, res in result.items():
         if name in MEASUREMENTS and name != "core":
             lines += ["", f"## {name}", "", "```", json.dumps(res, indent=2)[:4000], "```"]

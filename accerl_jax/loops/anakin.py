@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import checkpoint, networks, xla
 from accerl_jax import learner as learner_lib
@@ -61,6 +62,13 @@ class UpdateOutput(NamedTuple):
     episode_return: jax.Array  # [T, B] float32, return of the episode that ended at each step
     finished: jax.Array  # [T, B] bool, an episode ended at this step
     refreshed: jax.Array  # [] bool, the actor's policy was re-compressed after this update
+
+
+class ChunkEnd(NamedTuple):
+    """Measured inside the chunk's program on its final state (no extra dispatches on the host)."""
+
+    divergence: dict  # KL(π_learner ‖ π_actor) and agreement of the policy the actor runs next
+    refresh_divergence: dict  # the same for the freshest compressed policy (TensorBoard refresh/*)
 
 
 def make_update_step(run: Run):
@@ -105,20 +113,37 @@ def make_update_step(run: Run):
     return step
 
 
+def state_sharding():
+    """Where the Anakin state lives: replicated over the learner's mesh of all local devices."""
+    return NamedSharding(learner_lib.make_mesh(), P())
+
+
 def make_chunk(run: Run):
-    """The jitted chunk ``(AnakinState, length) -> (AnakinState, UpdateOutput [C, ...])``; ``length``
-    (static) updates in one ``lax.scan``; vmapped over the seed axis for ``--num-seeds`` > 1."""
+    """The jitted chunk ``(AnakinState, length) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``; ``length``
+    (static) updates in one ``lax.scan``; vmapped over the seed axis for ``--num-seeds`` > 1.
+
+    Inputs are expected on :func:`state_sharding` and outputs are put there too, so that the state a
+    chunk returns hits the same compiled program (otherwise its different shardings compile the
+    program a second time: measured ~9 s on a loaded 2-core CPU).
+    """
     step = make_update_step(run)
 
     def chunk(state: AnakinState, length: int):
-        return jax.lax.scan(step, state, None, length=length)
+        state, out = jax.lax.scan(step, state, None, length=length)
+        held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
+        learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
+        end = ChunkEnd(run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0]),
+                       run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]))
+        return state, out, end
+
+    jit = functools.partial(xla.jit, family=run.spec.family, static_argnums=1, out_shardings=state_sharding())
 
     if run.cfg.num_seeds > 1:
         def chunk_seeds(state: AnakinState, length: int):
             return jax.vmap(functools.partial(chunk, length=length))(state)
 
-        return xla.jit(chunk_seeds, run.spec.family, static_argnums=1)
-    return xla.jit(chunk, run.spec.family, static_argnums=1)
+        return jit(chunk_seeds)
+    return jit(chunk)
 
 
 def initial_state(run: Run, seed: int) -> AnakinState:
@@ -202,7 +227,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                 m.load_state_dict(extra["seed_monitors"][k])
             monitors.append(m)
     chunk_fn = make_chunk(run)
-    fused_time = float(extra.get("fused_time_s", 0.0))
+    fused_wait = float(extra.get("fused_wait_s", 0.0))  # seconds the host waited for the fused program
     stopped = stop_reason = None
     completed = logged = start_update
     last_metrics: list[dict] = [{} for _ in range(seeds)]
@@ -219,24 +244,19 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                 "completed": step, "monitor": run.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in monitors] if seeds > 1 else [],
                 "skipped_updates": skipped_now.tolist() if seeds > 1 else int(skipped_now),
-                "fused_time_s": fused_time, "wall_time_s": time.perf_counter() - run.wall_start,
+                "fused_wait_s": fused_wait, "wall_time_s": time.perf_counter() - run.wall_start,
             })
         finally:
             stop.deferring = deferring
 
-    def log(it: int, state: AnakinState, metrics: list[dict], refreshed: bool) -> list[dict]:
+    def log(it: int, metrics: list[dict], refreshed: bool) -> list[dict]:
         out = []
         for k, m in enumerate(monitors):
-            s = _seed(state, k, seeds)
-            held = s.obs[:DIVERGENCE_SAMPLES]
+            d = _seed(divergence, k, seeds)
             # The divergence of the policy the actor runs next (possibly versions behind) from the learner's.
-            row = dict(metrics[k], time_fused_s=fused_time,
-                       **run.divergence(run.learner_logits(s.learner.params, held),
-                                        run.actor_logits(s.actor_params[0], held)))
+            row = dict(metrics[k], time_fused_wait_s=fused_wait, **d.divergence)
             if refreshed:
-                fresh = s.obs[:REFRESH_SAMPLES]
-                m.log_refresh(it, run.divergence(run.learner_logits(s.learner.params, fresh),
-                                                 run.actor_logits(s.actor_params[-1], fresh)))
+                m.log_refresh(it, d.refresh_divergence)
             m.log(it, row)
             out.append(row)
         if seeds > 1:
@@ -249,22 +269,28 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
             ends.append((after // cfg.checkpoint_every + 1) * cfg.checkpoint_every)
         return min(ends)
 
-    state = None
+    def dispatch(s: AnakinState, after: int):
+        end = boundary(after)
+        return (end, *chunk_fn(s, end - after))  # returns at once: the program runs in the background
+
+    state = divergence = None
     try:
         if run.resume_point is None:
             states = [initial_state(run, cfg.seed + k) for k in range(seeds)]
             state = states[0] if seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         else:
             state = restored_state(run, extra.get("skipped_updates", 0))
+        state = jax.device_put(state, state_sharding())
         skipped_now = np.asarray(jax.device_get(state.skipped))
         snapshot = snapshot_of(state)
-        while completed < num_updates:
-            end = boundary(completed)
+        pending = dispatch(state, completed)
+        while pending is not None:
+            end, new_state, out, chunk_end = pending
+            pending = None
             start = time.perf_counter()
-            new_state, out = chunk_fn(state, end - completed)
-            jax.block_until_ready(new_state)
-            fused_time += time.perf_counter() - start
-            out, bad_update, bad_quantity = jax.device_get((out, new_state.bad_update, new_state.bad_quantity))
+            out, chunk_end, bad_update, bad_quantity = jax.device_get(
+                (out, chunk_end, new_state.bad_update, new_state.bad_quantity))  # waits for the chunk
+            fused_wait += time.perf_counter() - start
             bad_seeds = np.asarray(bad_update).reshape(-1)
             bad_update = int(bad_seeds[bad_seeds > 0].min()) if np.any(bad_seeds > 0) else 0  # any seed stops it
             last = (bad_update if bad_update else end) - completed  # updates of this chunk that count
@@ -276,32 +302,34 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                         run.monitor.record_episodes(o.episode_return[i], o.finished[i], steps_per_update)
                 last_metrics[k] = {name: v[last - 1] for name, v in o.metrics.items()}
             refreshed = bool(np.any(out.refreshed[..., :last]))
-            state, completed = new_state, completed + last
+            state, completed, divergence = new_state, completed + last, chunk_end
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
             skipped_now = np.asarray(jax.device_get(state.skipped))
             if bad_update:
                 # The diverged state is never saved: the last good checkpoint stays.
-                seed_k = int(np.argmax(np.asarray(new_state.bad_update).reshape(-1) == bad_update))
+                seed_k = int(np.argmax(bad_seeds == bad_update))
                 what = quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k]))
                 m = last_metrics[seed_k]
                 stopped = "diverged"
                 stop_reason = (f"non-finite {what} at update {bad_update}"
                                + (f" of seed {cfg.seed + seed_k}" if seeds > 1 else "")
                                + f" (loss {float(m['loss'])}, grad_norm {float(m['grad_norm'])})")
-                last_metrics, logged = log(completed, state, last_metrics, refreshed), completed
+                last_metrics, logged = log(completed, last_metrics, refreshed), completed
                 break
             snapshot = snapshot_of(state)
+            stop.armed = True  # from now on a signal stops at the end of the chunk in flight
+            if completed < num_updates and stop.requested is None:
+                # Pipelined: the next chunk runs while the host logs and checkpoints this one.
+                pending = dispatch(state, completed)
             if completed % cfg.log_every == 0 or completed == num_updates:
-                last_metrics, logged = log(completed, state, last_metrics, refreshed), completed
+                last_metrics, logged = log(completed, last_metrics, refreshed), completed
             else:
                 for m in monitors:
                     m.progress()
             if cfg.checkpoint_every and completed % cfg.checkpoint_every == 0:
                 save(completed)
-            stop.armed = True  # from now on a signal stops at the end of the chunk in flight
-            if stop.requested is not None:
+            if pending is None and stop.requested is not None:  # the chunk in flight has been finished
                 stopped = "interrupted"
-                break
     except KeyboardInterrupt:  # a signal before the first chunk, or a second one: abandon the chunk
         stopped = "interrupted"
     stop.deferring = True  # saving and summarising are never cut short by another signal
@@ -322,7 +350,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
         if stopped != "diverged" and saver.last_step != completed:
             save(completed)
         if logged != completed:  # the interrupted run's last updates get their row too
-            last_metrics = log(completed, state, last_metrics, False)
+            last_metrics = log(completed, last_metrics, False)
         s0 = _seed(final, 0, seeds)
         obs_t = s0.obs.reshape((cfg.rollout_length, info.num_envs) + tuple(info.obs_shape))
         speed_report = (measure_speed(run, s0.learner, s0.actor_params[-1], obs_t) if stopped is None
@@ -340,7 +368,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
         trained.update(learner_params=s0.learner.params, actor_params=s0.actor_params[-1], obs=s0.obs)
     skipped_list = np.asarray(skipped_now).reshape(-1).tolist()
     common = dict(completed=completed, stopped=stopped, stop_reason=stop_reason, exit_signal=stop.requested,
-                  speed_report=speed_report, loop="anakin", fused_time_s=fused_time, num_seeds=seeds,
+                  speed_report=speed_report, loop="anakin", fused_wait_s=fused_wait, num_seeds=seeds,
                   compress_every=cfg.compress_every, env_time_source="not split: one fused program",
                   policy_lag_versions=float(last_metrics[0].get("policy_lag_versions", np.nan)))
     last_checkpoint = (os.path.join(logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
