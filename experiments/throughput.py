@@ -88,16 +88,14 @@ def run_loop(loop_name: str, compressor: str, args) -> dict:
 def make_bare(compressor_spec: str, args):
     """The framework-free floor: ``(state, n) -> state`` jitted, ``n`` updates in one ``lax.scan``."""
     import jax
-    import jax.numpy as jnp
 
     from accerl_jax import learner as learner_lib
     from accerl_jax import networks
     from accerl_jax.actor import sample_action
     from accerl_jax.compressor import make_compressor
     from accerl_jax.envs import make_env
-    from accerl_jax.types import Rollout
-
     from accerl_jax.config import Config
+    from accerl_jax.types import Rollout
 
     cfg = Config(env=args.env, compressor=compressor_spec)
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)

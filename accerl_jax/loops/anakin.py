@@ -118,32 +118,44 @@ def state_sharding():
     return NamedSharding(learner_lib.make_mesh(), P())
 
 
+def chunk_length(run: Run) -> int:
+    """Updates per compiled chunk: chunks end at every --log-every and --checkpoint-every multiple, so none
+    is longer than the smaller of the two (and the budget)."""
+    cfg = run.cfg
+    return min([cfg.log_every, run.num_updates] + ([cfg.checkpoint_every] if cfg.checkpoint_every else []))
+
+
 def make_chunk(run: Run):
-    """The jitted chunk ``(AnakinState, length) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``; ``length``
-    (static) updates in one ``lax.scan``; vmapped over the seed axis for ``--num-seeds`` > 1.
+    """The jitted chunk ``(AnakinState, active) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``: one
+    ``lax.scan`` of ``C =`` :func:`chunk_length` steps of which the first ``active`` ([] int32, traced)
+    run an update and the rest leave the state as it is (their outputs are zeros), so that a chunk cut
+    short (the budget's end, a resume between boundaries) reuses the one compiled program (compiling a
+    second length cost ~24 s on a loaded 2-core CPU). Vmapped over the seed axis for ``--num-seeds`` > 1.
 
     Inputs are expected on :func:`state_sharding` and outputs are put there too, so that the state a
     chunk returns hits the same compiled program (otherwise its different shardings compile the
     program a second time: measured ~9 s on a loaded 2-core CPU).
     """
     step = make_update_step(run)
+    length = chunk_length(run)
 
-    def chunk(state: AnakinState, length: int):
-        state, out = jax.lax.scan(step, state, None, length=length)
+    def chunk(state: AnakinState, active):
+        idle_out = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(step, state, None)[1])
+
+        def body(s: AnakinState, i):
+            return jax.lax.cond(i < active, step, lambda s, _: (s, idle_out), s, None)
+
+        state, out = jax.lax.scan(body, state, jnp.arange(length, dtype=jnp.int32))
         held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
         learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
         end = ChunkEnd(run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0]),
                        run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]))
         return state, out, end
 
-    jit = functools.partial(xla.jit, family=run.spec.family, static_argnums=1, out_shardings=state_sharding())
-
     if run.cfg.num_seeds > 1:
-        def chunk_seeds(state: AnakinState, length: int):
-            return jax.vmap(functools.partial(chunk, length=length))(state)
-
-        return jit(chunk_seeds)
-    return jit(chunk)
+        chunk = jax.vmap(chunk, in_axes=(0, None))
+    jitted = xla.jit(chunk, run.spec.family, out_shardings=state_sharding())
+    return lambda state, active: jitted(state, np.int32(active))
 
 
 def initial_state(run: Run, seed: int) -> AnakinState:
