@@ -17,22 +17,25 @@ from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib  # noqa: F401  (tests patch learner_lib.make_update)
 from accerl_jax import speed  # noqa: F401  (tests patch speed.policy_speedup)
 from accerl_jax.config import Config, ConfigError
+from accerl_jax.loops import sebulba
 from accerl_jax.loops.sequential import run_sequential
 from accerl_jax.run import check_logdir, claim_logdir, default_logdir, make_loss_config, setup  # noqa: F401
 from accerl_jax.signals import StopSignals
 
-LOOPS = ("auto", "sequential")
+LOOPS = ("auto", "sequential", "sebulba")
 
 
 def resolve_loop(cfg: Config) -> str:
-    """The loop ``cfg.loop`` names (``auto``: the sequential loop for now).
+    """The loop ``cfg.loop`` names (``auto``: sebulba for envpool envs, else the sequential loop).
 
     Raises:
       ConfigError: for a name outside :data:`LOOPS`.
     """
     if cfg.loop not in LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
-    return "sequential" if cfg.loop == "auto" else cfg.loop
+    if cfg.loop == "auto":
+        return "sebulba" if cfg.env.startswith("envpool:") else "sequential"
+    return cfg.loop
 
 
 def train(cfg: Config, *, trained: dict | None = None) -> dict:
@@ -52,10 +55,11 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
     """
     claimed: list[str] = []  # the new run's folder while it holds no finished update
     loop = resolve_loop(cfg)
+    sebulba.check_config(cfg, loop)
     with StopSignals() as stop:
         try:
             run = setup(cfg, claimed)
-            loops = {"sequential": run_sequential}
+            loops = {"sequential": run_sequential, "sebulba": sebulba.run_sebulba}
             return loops[loop](run, stop, trained, claimed)
         except KeyboardInterrupt:
             for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun
