@@ -294,3 +294,18 @@ def test_cli_envpool_recv_exception_exits_nonzero_with_traceback(tmp_path):
     fault_at = float(proc.stderr.split("FAULT_AT ")[1].split()[0])
     assert ended - fault_at < FAULT_BOUND_S + 5  # + the interpreter's exit
     assert_checkpoint_resumes(logdir)
+
+
+@pytest.mark.slow
+def test_throughput_sebulba_measure_runs_both_loops():
+    sys.path.insert(0, os.path.join(REPO, "experiments"))
+    try:
+        import throughput_sebulba
+    finally:
+        sys.path.pop(0)
+    result = throughput_sebulba.measure(dict(env="envpool:CartPole-v1", compressors=("none",), num_envs=4,
+                                             rollout_length=8, updates=12, log_every=2, actor_batches=(0, 4)))
+    assert set(result["median"]) == {"sequential/none", "sebulba/none", "sebulba-b4/none"}
+    assert all(r["steady_steps"] == 4 * 8 * 8 for r in result["runs"])  # from update 4 (2nd row) to 12
+    assert result["sebulba_speedup"]["none"] == max(result["vs_sequential"].values()) > 0
+    assert "| sebulba-b4 | none |" in throughput_sebulba.markdown(result)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -199,11 +199,11 @@ def run_sebulba(run: Run, stop: StopSignals, trained: dict | None, claimed: list
     env_id = cfg.env.split(":", 1)[1]
 
     def actor_body(index: int) -> Callable[[], None]:
-        env = AsyncEnvpoolEnv(env_id, per_thread, batch, cfg.seed + index * per_thread)
-        key = jax.device_put(jax.random.fold_in(thread_key, index), actor_device)
-        actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
-
         def body():
+            # Built in the thread: a failure here stops the run like any other (and envs build in parallel).
+            env = AsyncEnvpoolEnv(env_id, per_thread, batch, cfg.seed + index * per_thread)
+            key = jax.device_put(jax.random.fold_in(thread_key, index), actor_device)
+            actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
             mark = time.perf_counter()
             for local, version, seconds in actor.rollouts(lambda: actor_box.item, stopping.is_set):
                 start = time.perf_counter()
