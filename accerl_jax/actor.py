@@ -156,6 +156,11 @@ class HostActor:
         env_state, obs = self.env.reset(env_key)
         return ActorCarry(env_state, obs, act_key)
 
+    def act(self, params, obs, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """One jitted policy step on ``obs [M, *obs_shape]``: ``(action [M], log_prob [M], next key)``
+        (:func:`sample_action`); runs on the device holding ``params`` and ``key``."""
+        return self._policy(params, obs, key)
+
     def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
         """One rollout; returns the new carry, the :class:`Rollout` (device arrays) and the measured
         ``{"env_time_s", "inference_time_s"}`` in seconds."""

@@ -45,15 +45,28 @@ class Config:
     loop: str = "auto"
     """Execution style: 'anakin' (gymnax only: rollout, correction, learner update and re-compression
     fused into one jitted lax.scan over --log-every updates); 'sequential' (actor, learner and compressor
-    as separate timed jitted calls); 'auto' picks the default for the env (anakin for gymnax,
-    sequential for envpool)."""
+    as separate timed jitted calls); 'sebulba' (envpool only: actor threads on async envpool, learner and
+    compressor in their own threads, bounded queues between them); 'auto' picks the default for the env
+    (anakin for gymnax, sebulba for envpool)."""
     compress_every: int = 1
-    """Re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
+    """Anakin and sequential loops: re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
     the last compressed policy, one more version behind per update; the Monitor logs the lag as
     policy_lag_versions)."""
     num_seeds: int = 1
     """Anakin only: train this many independent seeds (--seed, --seed + 1, ...) at once with vmap; each
     gets its own <logdir>/seed<k>/ with summary.json and metrics.csv."""
+    actor_threads: int = 1
+    """Sebulba: actor threads, each stepping its own envpool of num-envs / actor-threads environments
+    (num-envs must be a multiple of it); the learner takes one rollout from each per update."""
+    actor_batch: int = 0
+    """Sebulba: environments per envpool recv in each actor thread (envpool's batch_size; 1 to that
+    thread's environments); the policy acts on these while envpool steps the others. 0: half of them."""
+    actor_device: str = "cpu"
+    """Sebulba: where the actor threads run the compressed policy: 'cpu' (the host) or 'learner' (the
+    learner's first device, e.g. the GPU)."""
+    queue_size: int = 2
+    """Sebulba: rollouts the bounded queue between the actor threads and the learner holds; the actor's
+    policy lags the learner by at most queue-size + 4 versions (logged as policy_lag_versions)."""
     policy_lag: int = 0
     """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
     before the latest (0: those made after the previous update)."""
@@ -167,6 +180,10 @@ def validate(cfg: Config) -> None:
         ("checkpoint_every", 0 <= cfg.checkpoint_every <= big, "an integer in [0, 2^31) (0 = only at the end)"),
         ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),
         ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
+        ("actor_threads", 0 < cfg.actor_threads <= 64, "an integer in [1, 64]"),
+        ("actor_batch", 0 <= cfg.actor_batch <= 65536, "an integer in [0, 65536] (0: half of each thread's envs)"),
+        ("actor_device", cfg.actor_device in ("cpu", "learner"), "'cpu' or 'learner'"),
+        ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
     ]
     if cfg.logdir is not None and not cfg.logdir.strip():
         raise ConfigError(f"bad --logdir {cfg.logdir!r}: empty; give a folder name, or leave the flag out for "

@@ -17,16 +17,17 @@ from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib  # noqa: F401  (tests patch learner_lib.make_update)
 from accerl_jax import speed  # noqa: F401  (tests patch speed.policy_speedup)
 from accerl_jax.config import Config, ConfigError
+from accerl_jax.loops import sebulba
 from accerl_jax.loops.anakin import check_anakin, run_anakin
 from accerl_jax.loops.sequential import run_sequential
 from accerl_jax.run import check_logdir, claim_logdir, default_logdir, make_loss_config, setup  # noqa: F401
 from accerl_jax.signals import StopSignals
 
-LOOPS = ("auto", "anakin", "sequential")
+LOOPS = ("auto", "anakin", "sequential", "sebulba")
 
 
 def resolve_loop(cfg: Config) -> str:
-    """The loop ``cfg.loop`` names (``auto``: ``anakin`` for jittable gymnax envs, ``sequential`` for
+    """The loop ``cfg.loop`` names (``auto``: ``anakin`` for jittable gymnax envs, ``sebulba`` for
     envpool; ``anakin`` also falls back to ``sequential`` under ``auto`` when ``--distill-async`` is set).
 
     Raises:
@@ -38,7 +39,10 @@ def resolve_loop(cfg: Config) -> str:
     jittable = cfg.env.startswith("gymnax:")
     loop = cfg.loop
     if loop == "auto":
-        loop = "anakin" if jittable and (not cfg.distill_async or cfg.num_seeds > 1) else "sequential"
+        if cfg.env.startswith("envpool:"):
+            loop = "sebulba"
+        else:
+            loop = "anakin" if jittable and (not cfg.distill_async or cfg.num_seeds > 1) else "sequential"
     if cfg.num_seeds > 1 and loop != "anakin":
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
                           "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
@@ -65,10 +69,11 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
     """
     claimed: list[str] = []  # the new run's folder while it holds no finished update
     loop = resolve_loop(cfg)
+    sebulba.check_config(cfg, loop)
     with StopSignals() as stop:
         try:
             run = setup(cfg, claimed)
-            loops = {"anakin": run_anakin, "sequential": run_sequential}
+            loops = {"anakin": run_anakin, "sequential": run_sequential, "sebulba": sebulba.run_sebulba}
             return loops[loop](run, stop, trained, claimed)
         except KeyboardInterrupt:
             for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun

@@ -231,7 +231,7 @@ def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
 def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch):
     """Host envs cannot be saved: only the actor's key is; the resumed run restarts the envs and finishes."""
     cfg = dict(env="envpool:CartPole-v1", total_steps=4 * 16 * 6, num_envs=4, rollout_length=16,
-               compressor="mask:0.5")
+               compressor="mask:0.5", loop="sequential")  # the Sebulba loop's resume: tests/test_sebulba.py
     logdir = tmp_path / "run"
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
     first = loop.train(tiny(logdir, **cfg))

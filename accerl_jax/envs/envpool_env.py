@@ -85,6 +85,12 @@ class EnvpoolEnv:
     def _cast(self, obs: np.ndarray) -> np.ndarray:
         return obs.astype(self._obs_dtype, copy=False)
 
+    def _action(self, action) -> np.ndarray:
+        """int32 actions, or float32 actions clipped to the box."""
+        if self.info.continuous:
+            return np.clip(np.asarray(action, np.float32), self._low, self._high)
+        return np.asarray(action, dtype=np.int32)
+
     def reset(self, key=None) -> tuple[EnvpoolState, np.ndarray]:
         """Reset all environments (seeded at construction; ``key`` is ignored)."""
         obs, _ = self._env.reset()
@@ -95,34 +101,84 @@ class EnvpoolEnv:
     def step(self, state: EnvpoolState, action) -> tuple[EnvpoolState, Transition]:
         """Step with ``action [B]`` int (or ``[B, D]`` float, clipped to the bounds); returns numpy
         :class:`Transition` fields ``[B, ...]``."""
-        if self.info.continuous:
-            action = np.clip(np.asarray(action, np.float32), self._low, self._high)
-        else:
-            action = np.asarray(action, dtype=np.int32)
-        obs, reward, terminated, truncated, info = self._env.step(action)
-        if "terminated" in info:
-            # Atari reports game over in info even when the time limit cut the same step (then envpool's
-            # own flags say truncated only); a true termination must not bootstrap.
-            terminated = terminated | info["terminated"].astype(bool)
-        obs = self._cast(obs)
-        reward = reward.astype(np.float32)
-        valid = ~state.needs_reset
-        terminated = terminated & valid
-        truncated = truncated & valid & ~terminated
-        done = terminated | truncated
-        ep_ret = state.episode_return + np.where(valid, reward, 0.0).astype(np.float32)
-        ep_len = state.episode_length + valid.astype(np.int32)
-        transition = Transition(
-            obs=obs,
-            next_obs=obs,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            valid=valid,
-            episode_return=ep_ret,
-            episode_length=ep_len,
-        )
-        new_state = EnvpoolState(
-            done, np.where(done, 0.0, ep_ret).astype(np.float32), np.where(done, 0, ep_len).astype(np.int32)
-        )
-        return new_state, transition
+        return _transition(state, self._cast, *self._env.step(self._action(action)))
+
+
+def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info) -> tuple[EnvpoolState, Transition]:
+    """The adapter's :class:`Transition` for one envpool result, given the bookkeeping ``state`` of the
+    same environments (``[M]`` arrays, in the result's order); returns the updated bookkeeping too."""
+    if "terminated" in info:
+        # Atari reports game over in info even when the time limit cut the same step (then envpool's
+        # own flags say truncated only); a true termination must not bootstrap.
+        terminated = terminated | info["terminated"].astype(bool)
+    obs = cast(obs)
+    reward = reward.astype(np.float32)
+    valid = ~state.needs_reset
+    terminated = terminated & valid
+    truncated = truncated & valid & ~terminated
+    done = terminated | truncated
+    ep_ret = state.episode_return + np.where(valid, reward, 0.0).astype(np.float32)
+    ep_len = state.episode_length + valid.astype(np.int32)
+    transition = Transition(
+        obs=obs,
+        next_obs=obs,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        valid=valid,
+        episode_return=ep_ret,
+        episode_length=ep_len,
+    )
+    new_state = EnvpoolState(
+        done, np.where(done, 0.0, ep_ret).astype(np.float32), np.where(done, 0, ep_len).astype(np.int32)
+    )
+    return new_state, transition
+
+
+class AsyncEnvpoolEnv(EnvpoolEnv):
+    """``num_envs`` envpool environments in envpool's asynchronous mode, for the Sebulba loop (issue 5).
+
+    :meth:`recv` returns the ``batch_size`` environments that finished their step first (any subset, in
+    any order, with their ids); :meth:`send` steps exactly those with the actions chosen for them, and
+    returns at once. ``batch_size < num_envs`` lets the policy run on one batch while envpool's threads
+    step the others.
+
+    The reset rule is the synchronous adapter's (the module docstring): the first result of every env
+    after :meth:`reset` (its initial observation) and the step after an episode ended (envpool's reset
+    step) are marked ``valid = False`` and leave the episode counters untouched.
+
+    Raises:
+      ValueError: as :class:`EnvpoolEnv`, and for ``batch_size`` outside ``[1, num_envs]``.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, batch_size: int, seed: int):
+        if not 1 <= batch_size <= num_envs:
+            raise ValueError(f"bad envpool batch size {batch_size} for {num_envs} envs; expected 1 to {num_envs}")
+        super().__init__(env_id, num_envs, seed)  # validates the task; its synchronous pool is replaced below
+        import envpool
+
+        self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size, seed=seed)
+        self.batch_size = batch_size
+        self._state = None
+
+    def reset(self, key=None) -> None:
+        """Reset every environment asynchronously; their initial observations come from :meth:`recv`."""
+        b = self.info.num_envs
+        # needs_reset = True: each env's first result (its initial observation) is not a transition.
+        self._state = EnvpoolState(np.ones(b, bool), np.zeros(b, np.float32), np.zeros(b, np.int32))
+        self._env.async_reset()
+
+    def recv(self) -> tuple[np.ndarray, Transition]:
+        """Wait for ``batch_size`` environments; returns their ids ``[M]`` int32 and their numpy
+        :class:`Transition` ``[M, ...]`` (the result of each one's last :meth:`send`)."""
+        obs, reward, terminated, truncated, info = self._env.recv()
+        ids = np.asarray(info["env_id"], np.int32)
+        part = EnvpoolState(*(x[ids] for x in self._state))
+        new, transition = _transition(part, self._cast, obs, reward, terminated, truncated, info)
+        for full, x in zip(self._state, new):
+            full[ids] = x
+        return ids, transition
+
+    def send(self, action, env_id: np.ndarray) -> None:
+        """Step environments ``env_id [M]`` with ``action [M]`` int (or ``[M, D]`` float, clipped)."""
+        self._env.send(self._action(action), np.asarray(env_id, np.int32))

@@ -1,0 +1,314 @@
+"""Issue 5 (Sebulba loop) and issue 7's Sebulba faults: rollout assembly from asynchronous envpool
+results, a tiny envpool CartPole run with versioned rollouts, and injected faults in an actor thread, in
+envpool's recv and in the learner, each of which must stop the run within seconds with the original
+error after saving a checkpoint that resumes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from accerl_jax import async_actor, checkpoint, loop
+from accerl_jax.async_actor import AsyncActor, RolloutAssembler
+from accerl_jax.config import Config, ConfigError
+from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
+from accerl_jax.types import Transition
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAULT_BOUND_S = 10.0  # from the injected fault to the exception reaching the caller
+
+
+def tiny(logdir, **kw) -> Config:
+    base = dict(env="envpool:CartPole-v1", loop="sebulba", compressor="none", total_steps=8 * 4 * 8, num_envs=4,
+                rollout_length=8, log_every=2, checkpoint_every=0, progress=False,
+                logdir=None if logdir is None else str(logdir))
+    return Config(**dict(base, **kw))
+
+
+def checkpoint_steps(logdir) -> list[int]:
+    path = os.path.join(logdir, checkpoint.CHECKPOINT_DIR)
+    return sorted(int(n) for n in os.listdir(path) if n.isdigit()) if os.path.isdir(path) else []
+
+
+def no_worker_threads() -> bool:
+    deadline = time.perf_counter() + 5
+    while time.perf_counter() < deadline:
+        if not any(t.name.startswith("accerl-actor") or t.name == "accerl-compress" for t in threading.enumerate()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---------------------------------------------------------------- rollout assembly
+
+
+def test_assembler_cuts_per_env_trajectories_from_random_subsets():
+    """Environments come back in random subsets and orders (as envpool's recv returns them): every column
+    of every rollout is T consecutive steps of one environment, and the version is the oldest used."""
+    rng = np.random.default_rng(0)
+    b, t, m = 5, 4, 2
+    asm = RolloutAssembler(b, t)
+    step = np.zeros(b, int)  # steps env e has taken; its observation after k steps is [e, k]
+    sent_version = {}  # (env, step) -> version of the policy that chose that action
+    version, popped = 0, []
+    first = rng.permutation(b)
+    for chunk in (first[:m], first[m:2 * m], first[2 * m:]):  # initial observations, no transition yet
+        obs = np.stack([chunk, step[chunk]], 1).astype(np.float32)
+        asm.act(chunk, obs, 100 * chunk + step[chunk], -step[chunk].astype(np.float32), version)
+        for e in chunk:
+            sent_version[(e, 0)] = version
+    for i in range(400):
+        ids = rng.choice(b, size=m, replace=False)  # every env is always in flight; any subset may finish
+        step[ids] += 1
+        obs = np.stack([ids, step[ids]], 1).astype(np.float32)
+        tr = Transition(obs=obs, next_obs=obs, reward=step[ids].astype(np.float32), terminated=np.zeros(m, bool),
+                        truncated=np.zeros(m, bool), valid=np.ones(m, bool),
+                        episode_return=np.zeros(m, np.float32), episode_length=step[ids].astype(np.int32))
+        asm.record(ids, tr)
+        version += i % 7 == 0
+        asm.act(ids, obs, 100 * ids + step[ids], -step[ids].astype(np.float32), version)
+        for e in ids:
+            sent_version[(e, step[e])] = version
+        out = asm.pop()
+        if out is not None:
+            popped.append(out)
+    assert len(popped) >= 10
+    for k, (r, v) in enumerate(popped):
+        assert r.obs.shape == (t, b, 2) and r.action.shape == (t, b)
+        ks = k * t + np.arange(t)[:, None]  # [T, 1]: global step index of each row
+        np.testing.assert_array_equal(r.obs[..., 0], np.broadcast_to(np.arange(b), (t, b)))
+        np.testing.assert_array_equal(r.obs[..., 1], np.broadcast_to(ks, (t, b)))
+        np.testing.assert_array_equal(r.next_obs[..., 1], np.broadcast_to(ks + 1, (t, b)))
+        np.testing.assert_array_equal(r.action, 100 * np.arange(b)[None] + ks)
+        np.testing.assert_array_equal(r.log_prob, -np.broadcast_to(ks, (t, b)).astype(np.float32))
+        np.testing.assert_array_equal(r.reward, np.broadcast_to(ks + 1, (t, b)).astype(np.float32))
+        assert v == min(sent_version[(e, s)] for e in range(b) for s in range(k * t, k * t + t))
+
+
+def test_async_envpool_rollouts_are_consecutive_and_mark_reset_steps():
+    """Real envpool CartPole in async mode (4 envs, recv batches of 2): within and across rollouts each
+    column continues its environment; the step after an episode's end is envpool's reset step (invalid)."""
+    env = AsyncEnvpoolEnv("CartPole-v1", 4, 2, seed=3)
+    rng = np.random.default_rng(0)
+
+    def act(params, obs, key):  # random actions: long runs of short episodes
+        return rng.integers(0, 2, len(obs)), np.zeros(len(obs), np.float32), key
+
+    actor = AsyncActor(env, act, rollout_length=16, key=None)
+    got = []
+    for rollout, version, seconds in actor.rollouts(lambda: (None, 0), lambda: len(got) >= 4):
+        got.append(rollout)
+        assert version == 0 and seconds["env"] > 0
+    assert got[0].valid[0].all()  # an env's initial observation is not recorded as a transition
+    done_total = 0
+    for k, r in enumerate(got):
+        np.testing.assert_array_equal(r.next_obs[:-1], r.obs[1:])
+        if k:
+            np.testing.assert_array_equal(got[k - 1].next_obs[-1], r.obs[0])
+        done = (r.terminated | r.truncated) & r.valid
+        np.testing.assert_array_equal(r.valid[1:], ~done[:-1])
+        done_total += done.sum()
+        np.testing.assert_array_equal(r.reward[~r.valid], 0.0)
+    assert done_total >= 4  # random CartPole episodes last ~20 steps
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def test_sebulba_trains_with_versioned_rollouts_stops_on_sigint_and_resumes(tmp_path, monkeypatch):
+    """A signal stops every thread and saves; the resumed run trains to its budget with rollouts whose
+    policy lag stays within the bound (--queue-size + 4)."""
+    logdir = tmp_path / "run"
+    cfg = dict(queue_size=1, total_steps=12 * 4 * 8, compressor="mask:0.5")
+    inject_in_actor(monkeypatch, at=5, action=lambda: os.kill(os.getpid(), signal.SIGINT))
+    first = loop.train(tiny(logdir, **cfg))
+    assert first["stopped"] == "interrupted" and first["exit_signal"] == "SIGINT" and first["updates"] >= 2
+    assert checkpoint_steps(logdir) == [first["updates"]]
+    assert no_worker_threads()
+    monkeypatch.undo()
+    summary = loop.train(tiny(None, resume=str(logdir), **cfg))
+    assert summary["loop"] == "sebulba" and summary["stopped"] is None and summary["updates"] == 12
+    assert summary["resumed_from_update"] == first["updates"] and summary["total_env_steps"] == 12 * 4 * 8
+    assert summary["episodes"] > 0 and summary["actor_batch"] == 2 and summary["actor_device"].startswith("cpu")
+    assert 0 <= summary["policy_lag_mean"] <= summary["policy_lag_max"] <= summary["queue_size"] + 4
+    for stage in ("env", "inference", "learner", "compress"):
+        assert summary[f"{stage}_time_s"] > 0, stage
+    with open(os.path.join(summary["logdir"], "metrics.csv")) as f:
+        header = f.readline().strip().split(",")
+        lags = [float(line.split(",")[header.index("policy_lag_versions")]) for line in f]
+    assert len(lags) >= 6 and all(0 <= lag <= 5 for lag in lags)  # every 2nd update, and the stop
+    assert checkpoint_steps(logdir)[-1] == 12
+    assert no_worker_threads()
+
+
+def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
+    assert loop.resolve_loop(Config(env="envpool:Pong-v5")) == "sebulba"
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) != "sebulba"
+    bad = [
+        (dict(env="gymnax:CartPole-v1", loop="sebulba"), "bad --loop sebulba for --env 'gymnax:CartPole-v1'"),
+        (dict(env="envpool:CartPole-v1", loop="sequential", actor_threads=2), "bad --actor-threads 2 with --loop sequential"),
+        (dict(env="envpool:CartPole-v1", num_envs=6, actor_threads=4), "bad --num-envs 6: must be a multiple of --actor-threads 4"),
+        (dict(env="envpool:CartPole-v1", num_envs=8, actor_threads=2, actor_batch=5), "bad --actor-batch 5: at most the 4"),
+        (dict(env="envpool:CartPole-v1", policy_lag=1), "bad --policy-lag 1 with --loop sebulba"),
+        (dict(env="envpool:CartPole-v1", actor_device="tpu9"), "bad --actor-device 'tpu9'; expected 'cpu' or 'learner'"),
+        (dict(env="envpool:CartPole-v1", queue_size=0), "bad --queue-size 0"),
+    ]
+    for kw, message in bad:
+        with pytest.raises(ConfigError, match=None) as err:
+            loop.train(Config(progress=False, logdir="/nonexistent/never-written", **kw))
+        assert message in str(err.value), (kw, str(err.value))
+
+
+# ---------------------------------------------------------------- injected faults (issue 7)
+
+
+def inject_in_actor(monkeypatch, at: int, action) -> dict:
+    """Call ``action()`` in the actor thread when it starts on rollout number ``at`` (1-based). With
+    --queue-size 1 the actor can only start rollout 5 after the learner took rollout 3, i.e. after at
+    least 2 updates completed."""
+    real, when = AsyncActor.rollouts, {}
+
+    def rollouts(self, *args, **kwargs):
+        for n, item in enumerate(real(self, *args, **kwargs), 1):
+            yield item
+            if n == at - 1:
+                when["t"] = time.perf_counter()
+                action()
+
+    monkeypatch.setattr(async_actor.AsyncActor, "rollouts", rollouts)
+    return when
+
+
+def assert_checkpoint_resumes(logdir, least: int = 1):
+    """One checkpoint (of the last completed update, >= ``least``), from which the run finishes."""
+    steps = checkpoint_steps(logdir)
+    assert len(steps) == 1 and steps[0] >= least, steps
+    resumed = loop.train(tiny(None, resume=str(logdir), queue_size=1))
+    assert resumed["stopped"] is None and resumed["updates"] == 8 and resumed["resumed_from_update"] == steps[0]
+
+
+def test_actor_thread_exception_stops_run_with_original_error(tmp_path, monkeypatch):
+    logdir = tmp_path / "run"
+
+    def fail():
+        raise ZeroDivisionError("injected actor fault")
+
+    when = inject_in_actor(monkeypatch, at=5, action=fail)
+    with pytest.raises(ZeroDivisionError, match="injected actor fault") as err:
+        loop.train(tiny(logdir, queue_size=1))
+    assert any(frame.name == "fail" for frame in err.traceback)  # the actor thread's own traceback
+    elapsed = time.perf_counter() - when["t"]
+    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
+    assert no_worker_threads()
+    monkeypatch.undo()
+    assert_checkpoint_resumes(logdir, least=2)
+
+
+def test_learner_exception_stops_run_with_original_error(tmp_path, monkeypatch):
+    logdir = tmp_path / "run"
+    real, when = loop.learner_lib.make_update, {}
+
+    def make(*args, **kwargs):
+        update, calls = real(*args, **kwargs), {"n": 0}
+
+        def wrapped(state, batch):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                when["t"] = time.perf_counter()
+                raise FloatingPointError("injected learner fault")
+            return update(state, batch)
+
+        return wrapped
+
+    monkeypatch.setattr(loop.learner_lib, "make_update", make)
+    with pytest.raises(FloatingPointError, match="injected learner fault"):
+        loop.train(tiny(logdir, queue_size=1))
+    elapsed = time.perf_counter() - when["t"]
+    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
+    assert no_worker_threads()
+    assert checkpoint_steps(logdir) == [2]  # the update before the failed one
+    monkeypatch.undo()
+    assert_checkpoint_resumes(logdir, least=2)
+
+
+def test_envpool_recv_exception_stops_run_with_original_error(tmp_path, monkeypatch):
+    logdir = tmp_path / "run"
+    real, calls, when = AsyncEnvpoolEnv.recv, {"n": 0}, {}
+
+    def recv(self):
+        calls["n"] += 1
+        if calls["n"] == RECV_FAULT_AT:
+            when["t"] = time.perf_counter()
+            raise RuntimeError("injected envpool recv fault")
+        return real(self)
+
+    monkeypatch.setattr(AsyncEnvpoolEnv, "recv", recv)
+    with pytest.raises(RuntimeError, match="injected envpool recv fault"):
+        loop.train(tiny(logdir, queue_size=1))
+    elapsed = time.perf_counter() - when["t"]
+    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
+    assert no_worker_threads()
+    monkeypatch.undo()
+    assert_checkpoint_resumes(logdir)
+
+
+# ~6 rollouts of 4 envs x 8 steps in recv batches of 2 (16 recvs each, + 2 initial): with --queue-size 1
+# at least 2 updates have completed by then (see inject_in_actor).
+RECV_FAULT_AT = 100
+RECV_FAULT = textwrap.dedent(f"""
+    import sys, time
+    from accerl_jax.envs import envpool_env
+    from accerl_jax import train
+    real, calls = envpool_env.AsyncEnvpoolEnv.recv, {{"n": 0}}
+    def recv(self):
+        calls["n"] += 1
+        if calls["n"] == {RECV_FAULT_AT}:
+            print(f"FAULT_AT {{time.time()}}", file=sys.stderr, flush=True)
+            raise RuntimeError("injected envpool recv fault")
+        return real(self)
+    envpool_env.AsyncEnvpoolEnv.recv = recv
+    sys.exit(train.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_cli_envpool_recv_exception_exits_nonzero_with_traceback(tmp_path):
+    """The real entry point: the original error and its traceback on stderr, a nonzero exit, within
+    seconds of the fault, and a checkpoint that resumes."""
+    logdir = str(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = ["--env", "envpool:CartPole-v1", "--loop", "sebulba", "--compressor", "none", "--total-steps", "256",
+            "--num-envs", "4", "--rollout-length", "8", "--log-every", "2", "--checkpoint-every", "0",
+            "--queue-size", "1", "--no-progress", "--logdir", logdir]
+    proc = subprocess.run([sys.executable, "-c", RECV_FAULT, *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=240)
+    ended = time.time()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" in proc.stderr and "RuntimeError: injected envpool recv fault" in proc.stderr
+    assert "in recv" in proc.stderr  # the frame that raised, from the actor thread
+    fault_at = float(proc.stderr.split("FAULT_AT ")[1].split()[0])
+    assert ended - fault_at < FAULT_BOUND_S + 5  # + the interpreter's exit
+    assert_checkpoint_resumes(logdir)
+
+
+@pytest.mark.slow
+def test_throughput_sebulba_measure_runs_both_loops():
+    sys.path.insert(0, os.path.join(REPO, "experiments"))
+    try:
+        import throughput_sebulba
+    finally:
+        sys.path.pop(0)
+    result = throughput_sebulba.measure(dict(env="envpool:CartPole-v1", compressors=("none",), num_envs=4,
+                                             rollout_length=8, updates=12, log_every=2, actor_batches=(0, 4)))
+    assert set(result["median"]) == {"sequential/none", "sebulba/none", "sebulba-b4/none"}
+    assert all(r["steady_steps"] == 4 * 8 * 8 for r in result["runs"])  # from update 4 (2nd row) to 12
+    assert result["sebulba_speedup"]["none"] == max(result["vs_sequential"].values()) > 0
+    assert "| sebulba-b4 | none |" in throughput_sebulba.markdown(result)
