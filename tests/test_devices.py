@@ -171,8 +171,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(cmds: list[list[str]], envs: list[dict], folder, timeout: float = 300) -> list[str]:
-    """Run the processes of one multi-host run together; return their stdouts (all must exit 0).
+def _launch(cmds: list[list[str]], envs: list[dict], folder, timeout: float = 300, expect: int = 0) -> list[str]:
+    """Run the processes of one multi-host run together; return their stdouts (all must exit ``expect``;
+    with ``expect`` other than 0, their stderrs are returned).
 
     Output goes to files in ``folder``, not pipes: a process blocked on a full pipe would hold the other
     one in JAX's shutdown barrier.
@@ -186,8 +187,9 @@ def _launch(cmds: list[list[str]], envs: list[dict], folder, timeout: float = 30
         for p, (o, r) in zip(procs, files):
             p.wait(timeout=timeout)
             o.seek(0), r.seek(0)
-            assert p.returncode == 0, r.read()[-3000:]
-            outs.append(o.read())
+            err = r.read()
+            assert p.returncode == expect, err[-3000:]
+            outs.append(o.read() if expect == 0 else err)
     finally:
         for q in procs:  # one failed: the other would wait for it until JAX's timeout
             if q.poll() is None:
@@ -214,6 +216,20 @@ def test_two_processes_build_the_global_batch_and_match_one_device(tmp_path, ref
         np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
     for k, v in one["metrics"].items():
         np.testing.assert_allclose(res[0]["metrics"][k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+def test_settings_from_environment_variables():
+    from accerl_jax import distributed
+    from accerl_jax.config import Config, ConfigError
+
+    env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
+    assert distributed.resolve(Config(), env) == distributed.Cluster("127.0.0.1:1234", 2, 1)
+    assert distributed.resolve(Config(process_id=0), env).process_id == 0  # a flag wins over its variable
+    assert distributed.resolve(Config(), {}) is None  # one process
+    with pytest.raises(ConfigError, match="bad JAX_NUM_PROCESSES 'two'; expected an integer"):
+        distributed.resolve(Config(), dict(env, JAX_NUM_PROCESSES="two"))
+    with pytest.raises(ConfigError, match="JAX_PROCESS_ID '1' given without --coordinator-address"):
+        distributed.resolve(Config(), {"JAX_PROCESS_ID": "1"})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,3 +303,21 @@ def test_two_processes_cli_match_each_other_and_the_single_process_run(tmp_path,
             np.testing.assert_allclose(x, y, rtol=RTOL, atol=ATOL, err_msg=path)
         else:
             np.testing.assert_array_equal(x, y, err_msg=path)
+
+
+@pytest.mark.slow
+def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):
+    """Process 0's --logdir holds a run: both processes exit 2 with that error; nothing changes on disk."""
+    logdir = tmp_path / "taken"
+    logdir.mkdir()
+    (logdir / "metrics.csv").write_text("update\n")
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds = [[sys.executable, "-m", "accerl_jax.train", "--no-progress", "--logdir", str(logdir),
+             "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)]
+            for pid in range(2)]
+    errs = _launch(cmds, [device_env(1), device_env(1)], tmp_path / "out", expect=2)
+    assert "already holds a run" in errs[0].splitlines()[-1]
+    assert "process 0 of the multi-host run refused its settings" in errs[1].splitlines()[-1]
+    assert "already holds a run" in errs[1].splitlines()[-1]
+    assert os.listdir(logdir) == ["metrics.csv"] and (logdir / "metrics.csv").read_text() == "update\n"
