@@ -218,6 +218,39 @@ def test_two_processes_build_the_global_batch_and_match_one_device(tmp_path, ref
         np.testing.assert_allclose(res[0]["metrics"][k], v, rtol=RTOL, atol=ATOL, err_msg=k)
 
 
+def test_env_group_rollouts_depend_only_on_their_mesh_position():
+    """A process stepping groups 1 and 3 (of a 4-device mesh) gets, in its columns 0-1 and 2-3, exactly the
+    rollouts of one plain actor reset with fold_in(key, 1) and fold_in(key, 3): the same as any other
+    process (or a single process) stepping those groups. Two rollouts: the carry is threaded right."""
+    import jax
+
+    from accerl_jax import networks, shards
+    from accerl_jax.actor import AnakinActor
+    from accerl_jax.envs import make_env
+
+    env = make_env("gymnax:CartPole-v1", 2)
+    spec = networks.default_spec(env.info.obs_shape, env.info.num_actions)
+    apply, params = networks.make_apply(spec), _random_params(spec, 5)
+    inner = AnakinActor(env, apply, 8)
+    actor, key = shards.ShardedActor(inner, [1, 3]), jax.random.PRNGKey(7)
+    carry = actor.reset(key)
+    assert carry.obs.shape == (4,) + env.info.obs_shape
+    got = []
+    for _ in range(2):
+        carry, rollout, _ = actor.rollout(params, carry)
+        got.append(rollout)
+    for j, group in enumerate([1, 3]):
+        c = inner.reset(jax.random.fold_in(key, group))
+        for g in got:
+            c, want, _ = inner.rollout(params, c)
+            cols = slice(2 * j, 2 * j + 2)
+            np.testing.assert_array_equal(np.asarray(g.action[:, cols]), np.asarray(want.action))
+            np.testing.assert_array_equal(np.asarray(g.terminated[:, cols]), np.asarray(want.terminated))
+            np.testing.assert_allclose(np.asarray(g.obs[:, cols]), np.asarray(want.obs), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(g.log_prob[:, cols]), np.asarray(want.log_prob), rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(np.asarray(got[0].action[:, :2]), np.asarray(got[0].action[:, 2:]))  # groups differ
+
+
 def test_settings_from_environment_variables():
     from accerl_jax import distributed
     from accerl_jax.config import Config, ConfigError
