@@ -78,12 +78,18 @@ def _quiet_absl():
 def _manager(logdir: str, keep: Optional[int] = None, read_only: bool = False):
     import orbax.checkpoint as ocp
 
+    root = os.path.abspath(os.path.join(logdir, CHECKPOINT_DIR))
+    multihost = {}
+    if jax.process_count() > 1:  # multi-host: each process's manager is its own (only process 0 keeps its files)
+        pid = jax.process_index()
+        multihost["multiprocessing_options"] = ocp.options.MultiprocessingOptions(primary_host=pid, active_processes={pid})
+        if not read_only:  # orbax does not create the folder for a subset of processes
+            os.makedirs(root, exist_ok=True)
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, enable_async_checkpointing=False, create=not read_only, read_only=read_only
+        max_to_keep=keep, enable_async_checkpointing=False, create=not read_only and not multihost,
+        read_only=read_only, **multihost
     )
-    return ocp.CheckpointManager(
-        os.path.abspath(os.path.join(logdir, CHECKPOINT_DIR)), options=options, item_names=("state", "meta")
-    )
+    return ocp.CheckpointManager(root, options=options, item_names=("state", "meta"))
 
 
 def _leaf_key(i: int) -> str:

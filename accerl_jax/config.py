@@ -131,6 +131,18 @@ class Config:
     """Non-finite loss, gradients or parameters after an update: 'stop' (name the update and quantity,
     keep the last good checkpoint, exit 1) or 'skip' (keep the previous learner state; counted in
     metrics.csv and summary.json as skipped_updates)."""
+    coordinator_address: Optional[str] = None
+    """Multi-host training (one process per host, JAX's own runtime): HOST:PORT of process 0, where the
+    coordinator listens (e.g. host0:1234); the same on every process. Default: the environment variable
+    JAX_COORDINATOR_ADDRESS; unset (and no --num-processes) = a single process. With it, --num-envs counts
+    the environments of *this* process (the learner batch is num-processes x num-envs), --total-steps
+    counts all processes' steps, and only process 0 writes logs, checkpoints and the summary
+    (--loop sequential, no --resume)."""
+    num_processes: Optional[int] = None
+    """Multi-host: how many processes take part (one per host); default: JAX_NUM_PROCESSES."""
+    process_id: Optional[int] = None
+    """Multi-host: this process's index in [0, num-processes); 0 runs the coordinator and writes the
+    outputs. Default: JAX_PROCESS_ID."""
 
 
 def flag(name: str) -> str:

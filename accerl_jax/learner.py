@@ -337,7 +337,9 @@ def make_update(
 
 
 def make_mesh(devices=None) -> Mesh:
-    """A 1-D mesh named ``"batch"`` over ``devices`` (default: all local devices)."""
+    """A 1-D mesh named ``"batch"`` over ``devices`` (default: all local devices; a multi-host run passes
+    ``jax.devices()``, the devices of every process, and feeds the update through
+    :func:`accerl_jax.shards.make_global_update`)."""
     devices = jax.local_devices() if devices is None else devices
     return Mesh(np.asarray(devices), (AXIS,))
 

@@ -12,8 +12,9 @@ non-finite guard live in :mod:`~accerl_jax.checkpoint`, :mod:`~accerl_jax.signal
 from __future__ import annotations
 
 import os
+import shutil
 
-from accerl_jax import checkpoint
+from accerl_jax import checkpoint, distributed
 from accerl_jax import learner as learner_lib  # noqa: F401  (tests patch learner_lib.make_update)
 from accerl_jax import speed  # noqa: F401  (tests patch speed.policy_speedup)
 from accerl_jax.config import Config, ConfigError
@@ -68,13 +69,24 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
         run's folder is freed; a resumed run's checkpoints are untouched).
     """
     claimed: list[str] = []  # the new run's folder while it holds no finished update
-    loop = resolve_loop(cfg)
+    # Multi-host: join first (the CLI already has, before importing this module: gymnax touches devices).
+    vote = distributed.SetupVote() if distributed.join(cfg) is not None else None
+    loop = "sequential" if vote is not None else resolve_loop(cfg)  # the loop multi-host runs support
     sebulba.check_config(cfg, loop)
     with StopSignals() as stop:
         try:
-            run = setup(cfg, claimed)
+            try:
+                run = setup(cfg, claimed, before_write=vote.agree if vote else None)
+            except ConfigError as err:
+                if vote is not None:  # the other processes stop with it, before writing anything
+                    vote.refuse(str(err))
+                raise
             loops = {"anakin": run_anakin, "sequential": run_sequential, "sebulba": sebulba.run_sebulba}
-            return loops[loop](run, stop, trained, claimed)
+            summary = loops[loop](run, stop, trained, claimed)
+            if not run.writer:  # multi-host processes other than 0 keep no files
+                shutil.rmtree(run.logdir, ignore_errors=True)
+                summary["logdir"] = None
+            return summary
         except KeyboardInterrupt:
             for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun
                 checkpoint.remove_run(logdir)

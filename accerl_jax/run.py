@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 import uuid
 from typing import Any, Callable
@@ -18,12 +19,13 @@ import jax
 from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
-from accerl_jax.actor import make_actor
+from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update, params_digest
 from accerl_jax.signals import signal_name
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -149,20 +151,34 @@ class Run:
     resume_point: Any
     restored: Any
     extra: dict
+    num_processes: int = 1  # multi-host: processes in the run (steps_per_update counts all of them)
+    process_id: int = 0  # only process 0 writes; the others' logdir is a temporary folder
+
+    @property
+    def writer(self) -> bool:
+        """True on the process that writes the run's outputs (process 0)."""
+        return self.process_id == 0
 
     @property
     def start_update(self) -> int:
         return self.extra.get("completed", 0)
 
 
-def setup(cfg: Config, claimed: list[str]) -> Run:
+def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | None = None) -> Run:
     """Check ``cfg`` and build a :class:`Run`; a new run's folder is claimed and appended to ``claimed``.
+
+    ``before_write`` is called after every check and before the first file is written (multi-host: the
+    processes' vote, :class:`accerl_jax.distributed.SetupVote`). With several processes
+    (``jax.process_count() > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
+    ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
+    folder (removed by the caller).
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
         checkpoint), raised before anything is written.
     """
     validate(cfg)
+    n_proc, pid = jax.process_count(), jax.process_index()
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     loss_cfg = make_loss_config(cfg)
@@ -171,12 +187,15 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
     if cfg.resume is not None:
         resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json)
         logdir = resume_point.logdir
-    else:
+    elif pid == 0:
         logdir = cfg.logdir or default_logdir(cfg)
         check_logdir(logdir, cfg.overwrite)  # fail fast, before building environments
+    else:
+        logdir = None  # made below, after every check
     wall_start = time.perf_counter()
     try:
-        env = make_env(cfg.env, cfg.num_envs, cfg.seed)
+        # Host (envpool) envs are seeded seed, seed + 1, ...: process p takes the p-th block of num_envs.
+        env = make_env(cfg.env, cfg.num_envs, cfg.seed + pid * cfg.num_envs)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
@@ -187,7 +206,7 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
                           f"x {n_dev} devices = {n_dev * cfg.minibatches}")
     check_action_space(cfg, info)
-    steps_per_update = info.num_envs * cfg.rollout_length
+    steps_per_update = info.num_envs * cfg.rollout_length * n_proc
     num_updates = max(1, cfg.total_steps // steps_per_update)
     if num_updates > MAX_UPDATES:
         raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
@@ -209,7 +228,11 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if resume_point is None:
+    if before_write is not None:
+        before_write()
+    if logdir is None:  # a multi-host process other than 0: its files are thrown away
+        logdir = tempfile.mkdtemp(prefix=f"accerl-process{pid}-")
+    elif resume_point is None:
         if cfg.overwrite:
             checkpoint.remove_run(logdir)
         claim_logdir(logdir)
@@ -219,10 +242,25 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
     params = networks.init_params(spec, k_net)
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates * loss_cfg.optimizer_steps)
-    state = learner_lib.init_state(params, optimizer)
-    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, family=spec.family)
+    # The learner's mesh: all devices of all processes (one process: its local devices).
+    mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
+    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family)
+    if n_proc > 1:  # the loop keeps process-local state; the update assembles the global batch
+        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
+        update = make_global_update(update, mesh)
+    else:
+        state = learner_lib.init_state(params, optimizer, mesh)
     actor_apply = compressor.actor_apply(learner_apply)
-    actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
+    if info.jittable and mesh.devices.size > 1:
+        # One env group per learner device, keyed by its mesh position (accerl_jax.shards): the same
+        # rollouts whichever process steps them.
+        shard_env = make_env(cfg.env, info.num_envs // n_dev, cfg.seed)
+        actor = ShardedActor(AnakinActor(shard_env, actor_apply, cfg.rollout_length, family=spec.family),
+                             local_shard_ids(mesh), family=spec.family)
+    else:
+        actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
+        if n_proc > 1:  # host envs: each process samples its actions with its own key
+            k_actor = jax.random.fold_in(k_actor, pid)
     learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
     actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
     divergence = gaussian_policy_divergence if info.continuous else policy_divergence
@@ -250,7 +288,7 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
     if resume_point is not None:
         checkpoint.trim_metrics(logdir, extra["completed"])
         wall_start -= extra["wall_time_s"]
-    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress,
+    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
                       append=resume_point is not None)
     if extra:
         monitor.load_state_dict(extra["monitor"])
@@ -260,7 +298,8 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         loss_apply=loss_apply, loss_cfg=loss_cfg, compressor=compressor, actor_apply=actor_apply, actor=actor,
         optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp, k_actor=k_actor,
         learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence, saver=saver, lock=lock,
-        monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
+        monitor=monitor, resume_point=resume_point, restored=restored, extra=extra, num_processes=n_proc,
+        process_id=pid,
     )
 
 
@@ -334,13 +373,19 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
         "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
         "devices": run.n_dev,
+        "num_processes": run.num_processes,
+        "process_id": run.process_id,
+        "learner_devices": jax.device_count(),
+        "learner_batch": info.num_envs * run.num_processes,
+        "learner_params_digest": params_digest(state.params),
         "backend": jax.default_backend(),
         "logdir": run.logdir,
         "config": dataclasses.asdict(cfg),
         **speed_report,
         **fields,
     }
-    monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
+    if run.writer:  # multi-host: only process 0's outputs are kept
+        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
     run.lock.release()
     return summary

@@ -19,6 +19,13 @@ from accerl_jax.signals import exit_code
 
 def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(Config, args=argv, prog="python -m accerl_jax.train")
+    from accerl_jax import distributed
+
+    try:
+        distributed.join(cfg)  # multi-host: before the imports below touch a JAX device
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     from accerl_jax.loop import train  # heavy imports after --help has been served
     from accerl_jax.monitor import print_summary
 
@@ -32,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
               "log folder was freed, a resumed run's checkpoints are unchanged)", file=sys.stderr)
         return exit_code(getattr(err, "signum", None))
     print_summary(summary)
-    print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
+    if summary["num_processes"] > 1:  # multi-host: equal digests on every process = the same learner
+        print(f"process {summary['process_id']} of {summary['num_processes']}: learner parameters digest "
+              f"{summary['learner_params_digest']}")
+    if summary["logdir"] is None:
+        print("outputs: written by process 0 only")
+    else:
+        print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
     if summary["stopped"] == "interrupted":
         print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
               f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume {summary['logdir']}", file=sys.stderr)

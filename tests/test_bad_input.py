@@ -71,6 +71,10 @@ def _running(t):
     _HELD.append(checkpoint.lock_run(str(t / "run")))
 
 
+def _hosts(address, n, pid):
+    return ["--coordinator-address", address, "--num-processes", str(n), "--process-id", str(pid)]
+
+
 def _a_file(t):
     (t / "a_file").write_text("keep")
 
@@ -181,6 +185,26 @@ CASES = [
      ["bad --logdir", "another process is writing this run now"], ""),
     ("resume-other-logdir", lambda t: _resume()(t) + ["--logdir", str(t / "elsewhere")], None,
      ["bad --logdir", "a resumed run continues in its own folder"], ""),
+    # Multi-host settings (issue 5): refused before jax.distributed.initialize contacts anything.
+    ("coordinator-port-out-of-range", lambda t: _over(t) + _hosts("127.0.0.1:99999", 2, 0), None,
+     ["bad --coordinator-address '127.0.0.1:99999'", "expected HOST:PORT with a port in [1, 65535]"], SUB),
+    ("coordinator-without-port", lambda t: _over(t) + _hosts("host0", 2, 0), None,
+     ["bad --coordinator-address 'host0'", "expected HOST:PORT"], ""),
+    ("coordinator-unresolvable", lambda t: _over(t) + _hosts("no-such-host.invalid:1234", 2, 1), None,
+     ["bad --coordinator-address 'no-such-host.invalid:1234'", "cannot resolve host"], ""),
+    ("process-id-too-large", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 2), None,
+     ["bad --process-id 2", "expected an integer in [0, 1]"], SUB),
+    ("process-id-negative", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, -1), None,
+     ["bad --process-id -1", "expected an integer in [0, 1]"], ""),
+    ("num-processes-0", lambda t: _over(t) + _hosts("127.0.0.1:1234", 0, 0), None,
+     ["bad --num-processes 0", "expected an integer in [1, 65536]"], ""),
+    ("multihost-incomplete", lambda t: _over(t) + ["--num-processes", "2"], None,
+     ["bad multi-host settings: --num-processes 2 given without --coordinator-address", "--process-id",
+      "give all three"], ""),
+    ("multihost-resume", lambda t: _resume()(t) + _hosts("127.0.0.1:1234", 2, 0), None,
+     ["bad --resume", "with several processes", "cannot be resumed"], ""),
+    ("multihost-other-loop", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "anakin"], None,
+     ["bad --loop 'anakin' with several processes", "--loop sequential"], ""),
 ]
 
 

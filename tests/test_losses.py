@@ -4,7 +4,6 @@ A *table* network makes the rules exact and easy to state: observations are inte
 ``apply(params, obs)`` looks up logits, value and Q in per-state tables, so the gradient with respect to
 one state's table entry is the gradient with respect to that state's value.
 """
-import json
 
 import jax
 
@@ -19,7 +18,6 @@ from accerl_jax import learner, networks  # noqa: E402
 from accerl_jax.actor import sample_action  # noqa: E402
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence  # noqa: E402
 from accerl_jax.types import Rollout  # noqa: E402
-from two_devices import run_two_device_main  # noqa: E402
 
 A, D = 3, 2
 N_STATES = 64
@@ -284,58 +282,5 @@ def test_gaussian_policy_divergence():
     assert set(policy_divergence(p, q)) == set(got)
 
 
-# ------------------------------------------------------------------------------------------------
-# Two simulated devices: retrace and APPO (several epochs) updates equal the single-device ones.
-
-
-def _two_device_main():
-    import test_learner as tl
-
-    out = {"device_count": jax.device_count()}
-    q_spec = networks.default_spec((tl.OBS_DIM,), tl.NUM_ACTIONS, q_head=True)
-    q_params = networks.init_params(q_spec, jax.random.PRNGKey(0))
-    cases = {
-        "retrace": (networks.make_apply_with_q(q_spec), q_params, learner.LossConfig(corrector="retrace")),
-        "appo": (tl.APPLY, tl._params(), learner.LossConfig(loss="appo", epochs=3, minibatches=1)),
-        "is": (tl.APPLY, tl._params(), learner.LossConfig(corrector="is", clip_rho_threshold=2.0)),
-    }
-    batch, opt = tl._batch(), optax.sgd(0.1)
-    for name, (apply, params, cfg) in cases.items():
-        for n in (1, 2):
-            mesh = learner.make_mesh(jax.devices()[:n])
-            state, metrics = learner.make_update(apply, opt, cfg, mesh)(learner.init_state(params, opt, mesh), batch)
-            out[f"{name}{n}"] = tl._tolist(state.params)
-            out[f"{name}{n}_metrics"] = {k: float(v) for k, v in metrics.items()}
-            out[f"{name}{n}_step"] = int(state.step)
-        out[f"{name}0"] = tl._tolist(params)
-    mesh = learner.make_mesh(jax.devices()[:2])
-    try:
-        cfg = learner.LossConfig(loss="appo", minibatches=4)
-        learner.make_update(tl.APPLY, opt, cfg, mesh)(learner.init_state(tl._params(), opt, mesh), batch)
-        out["mb_error"] = None
-    except ValueError as e:
-        out["mb_error"] = str(e)
-    print("RESULT " + json.dumps(out))
-
-
-@pytest.fixture(scope="module")
-def two_device():
-    return run_two_device_main("test_losses")
-
-
-@pytest.mark.parametrize("name", ["retrace", "appo", "is"])
-def test_two_device_updates_equal_single_device(two_device, name):
-    assert two_device["device_count"] >= 2
-    p1, p2, p0 = two_device[f"{name}1"], two_device[f"{name}2"], two_device[f"{name}0"]
-    for a, b in zip(p1, p2, strict=True):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    assert max(np.max(np.abs(np.subtract(a, b))) for a, b in zip(p1, p0)) > 1e-4
-    m1, m2 = two_device[f"{name}1_metrics"], two_device[f"{name}2_metrics"]
-    for k in m1:
-        np.testing.assert_allclose(m2[k], m1[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    assert two_device[f"{name}2_step"] == (3 if name == "appo" else 1)
-
-
-def test_two_device_appo_minibatches_must_divide_the_shard(two_device):
-    msg = two_device["mb_error"]
-    assert msg is not None and "minibatches" in msg and "8" in msg, msg
+# Multi-device updates of every loss (retrace, APPO with several epochs, IS, ...) on 2 and 4 devices:
+# tests/test_devices.py.

@@ -147,8 +147,9 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             save(completed)
         if logged != completed:  # the interrupted run's last updates get their row too
             metrics = log(completed, metrics)
-        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None
-                        else unmeasured_speed(run))  # a stopped run exits promptly
+        # A stopped run exits promptly; multi-host processes other than 0 write no summary to put it in.
+        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None and run.writer
+                        else unmeasured_speed(run))
     except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
         stopped = "interrupted"
         speed_report = unmeasured_speed(run)

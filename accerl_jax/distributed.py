@@ -1,0 +1,186 @@
+"""Multi-host training through JAX's own multi-controller runtime (issue 5, "Devices and hosts").
+
+One process per host; every process runs the same program. :func:`resolve` reads the three settings
+(``--coordinator-address``, ``--num-processes``, ``--process-id``, or the environment variables
+``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``) and checks them; :func:`initialize`
+calls :func:`jax.distributed.initialize` (on CPU with JAX's gloo collectives over TCP), which must happen
+before anything touches a JAX device. :class:`SetupVote` lets every process learn, before any of them
+writes a file, whether all of them accepted their settings (through the coordinator's key-value store).
+No home-made RPC (docs/DESIGN.md, "Scale").
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import Mapping, Optional
+
+from accerl_jax.config import Config, ConfigError, flag
+
+ENV_VARS = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
+            "process_id": "JAX_PROCESS_ID"}
+MAX_PROCESSES = 65536
+LOOPS = ("auto", "sequential")  # --loop values a multi-host run accepts ("auto" runs the sequential loop)
+VOTE_TIMEOUT_S = 300  # how long a process waits for the others to finish checking their settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The multi-host settings of this process."""
+
+    coordinator_address: str  # HOST:PORT of process 0's coordinator
+    num_processes: int
+    process_id: int  # in [0, num_processes)
+
+
+def resolve(cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[Cluster]:
+    """The :class:`Cluster` that ``cfg`` (or, for unset flags, ``environ``) describes; None for one process.
+
+    Raises:
+      ConfigError: when only some of the three settings are given, a number is not an integer in range
+        (``num_processes`` in [1, 65536], ``process_id`` in [0, num_processes)), or the address is not
+        ``HOST:PORT`` with a resolvable host and a port in [1, 65535]. Nothing is contacted.
+    """
+    values, sources = {}, {}
+    for field, var in ENV_VARS.items():
+        value, source = getattr(cfg, field), flag(field)
+        if value is None and environ.get(var, "").strip():
+            value, source = environ[var].strip(), var
+        values[field], sources[field] = value, source
+    given = [f for f in ENV_VARS if values[f] is not None]
+    if not given:
+        return None
+    if len(given) < len(ENV_VARS):
+        missing = [f"{flag(f)} (or {ENV_VARS[f]})" for f in ENV_VARS if values[f] is None]
+        have = ", ".join(f"{sources[f]} {values[f]!r}" for f in given)
+        raise ConfigError(f"bad multi-host settings: {have} given without {' and '.join(missing)}; give all three, "
+                          "or none for a single process")
+    numbers = {}
+    for field in ("num_processes", "process_id"):
+        try:
+            numbers[field] = int(values[field])
+        except (TypeError, ValueError):
+            raise ConfigError(f"bad {sources[field]} {values[field]!r}; expected an integer") from None
+    n, pid = numbers["num_processes"], numbers["process_id"]
+    if not 1 <= n <= MAX_PROCESSES:
+        raise ConfigError(f"bad {sources['num_processes']} {n}; expected an integer in [1, {MAX_PROCESSES}]")
+    if not 0 <= pid < n:
+        raise ConfigError(f"bad {sources['process_id']} {pid}; expected an integer in [0, {n - 1}] "
+                          f"(the processes are numbered from 0 to num-processes - 1 = {n - 1})")
+    address = str(values["coordinator_address"])
+    check_address(address, sources["coordinator_address"])
+    return Cluster(address, n, pid)
+
+
+def check_address(address: str, source: str = "--coordinator-address") -> None:
+    """Check that ``address`` is ``HOST:PORT`` (``[IPv6]:PORT`` too) with a resolvable host.
+
+    Raises:
+      ConfigError: naming the address and what is accepted.
+    """
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    expected = "HOST:PORT with a port in [1, 65535], e.g. host0:1234 or 10.0.0.1:1234"
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"bad {source} {address!r}; expected {expected}")
+    try:
+        socket.getaddrinfo(host, int(port))
+    except (socket.gaierror, UnicodeError) as err:
+        raise ConfigError(f"bad {source} {address!r}: cannot resolve host {host!r} ({err}); expected {expected}") from None
+
+
+def check_supported(cfg: Config) -> None:
+    """Refuse what a multi-host run does not support.
+
+    Raises:
+      ConfigError: for a ``--loop`` outside :data:`LOOPS`, or ``--resume`` (each process's actors would
+        need their own saved state, and only process 0 keeps files).
+    """
+    if cfg.loop not in LOOPS:
+        raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the "
+                          "sequential loop; use --loop sequential (or auto)")
+    if cfg.resume is not None:
+        raise ConfigError(f"bad --resume {cfg.resume!r} with several processes: a multi-host run cannot be resumed "
+                          "(each process's actors would need their own saved state, and only process 0 keeps "
+                          "files); start a new run")
+
+
+def join(cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[Cluster]:
+    """:func:`resolve`, :func:`check_supported` and :func:`initialize`: call it first, before anything
+    touches a JAX device (importing gymnax does). Returns the :class:`Cluster`, or None for one process.
+
+    Raises:
+      ConfigError: from those three, all raised before anything is written.
+    """
+    cluster = resolve(cfg, environ)
+    if cluster is not None:
+        check_supported(cfg)
+        initialize(cluster)
+    return cluster
+
+
+def initialize(cluster: Cluster) -> None:
+    """Join the multi-host run: :func:`jax.distributed.initialize` (blocks until all processes joined).
+    Does nothing if this process already joined ``cluster``.
+
+    CPU devices use JAX's gloo collectives (TCP; the default of jax 0.10, set explicitly here).
+
+    Raises:
+      ConfigError: if JAX refuses (a different run already joined, a JAX device already in use, the
+        coordinator's port taken, or the other processes not joining within JAX's timeout, 300 s).
+    """
+    import jax
+
+    if jax.distributed.is_initialized():
+        if (jax.process_count(), jax.process_index()) != (cluster.num_processes, cluster.process_id):
+            raise ConfigError(f"bad multi-host settings: this process already joined a run as process "
+                              f"{jax.process_index()} of {jax.process_count()}, not {cluster.process_id} of "
+                              f"{cluster.num_processes}")
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(cluster.coordinator_address, cluster.num_processes, cluster.process_id)
+    except Exception as err:  # jax raises RuntimeError, ValueError or its own XlaRuntimeError
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise ConfigError(f"cannot join the multi-host run at --coordinator-address {cluster.coordinator_address!r} "
+                          f"as process {cluster.process_id} of {cluster.num_processes}: {first}") from None
+
+
+class SetupVote:
+    """Every process publishes whether its setup succeeded; :meth:`agree` waits for all of them.
+
+    A setting only one process refuses (e.g. process 0's ``--logdir`` already holds a run) then stops every
+    process with the same :class:`ConfigError` before any of them writes a file, instead of leaving the
+    others waiting in the first collective.
+    """
+
+    def __init__(self):
+        import jax
+        from jax._src import distributed as _dist  # the coordinator's key-value store (as multihost_utils uses)
+
+        self._client = _dist.global_state.client
+        self._pid, self._n = jax.process_index(), jax.process_count()
+        self._voted = False
+
+    def _key(self, pid: int) -> str:
+        return f"accerl_jax/setup/{pid}"
+
+    def refuse(self, reason: str) -> None:
+        """Publish this process's ConfigError (once; later calls are ignored)."""
+        if not self._voted:
+            self._voted = True
+            self._client.key_value_set(self._key(self._pid), "error:" + reason)
+
+    def agree(self) -> None:
+        """Publish success and wait for every process's vote.
+
+        Raises:
+          ConfigError: with another process's reason, if one refused its settings.
+        """
+        if not self._voted:
+            self._voted = True
+            self._client.key_value_set(self._key(self._pid), "ok")
+        for pid in range(self._n):
+            vote = self._client.blocking_key_value_get(self._key(pid), VOTE_TIMEOUT_S * 1000)
+            if vote.startswith("error:"):
+                raise ConfigError(f"process {pid} of the multi-host run refused its settings: {vote[len('error:'):]}")

@@ -1,0 +1,356 @@
+"""Issue 5, "Devices and hosts": the learner over N devices and over several processes.
+
+* With 2 and 4 forced CPU devices (one subprocess each), one update of every loss/corrector on a mesh of
+  N devices equals the single-device update on the same batch (V-trace, Retrace, APPO with several
+  epochs, continuous actions; the single-device references are computed once, in this process).
+* Two processes on 127.0.0.1 (JAX's multi-controller runtime, gloo collectives), one CPU device each,
+  each feeding its half of a batch to :func:`accerl_jax.shards.make_global_update`: both end with
+  bitwise-equal parameters, equal to the single-device updates on the whole batch.
+* Slow: a tiny ``train()`` on 4 devices, and the real CLI on two processes with 2 devices and
+  ``--num-envs 4`` each, which must equal that 4-device run with ``--num-envs 8`` (the env groups are
+  keyed by mesh position, :mod:`accerl_jax.shards`), with only process 0 writing files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from two_devices import ROOT, device_env, run_device_main
+
+# The tiny run shared by the 4-device train() and the multi-host CLI run (per process: --num-envs 4).
+RUN = dict(total_steps=8 * 8 * 6, rollout_length=8, log_every=2, compressor="none", checkpoint_every=0,
+           progress=False)
+CASES = ("vtrace", "retrace", "appo", "gaussian")
+RTOL, ATOL = 1e-5, 1e-5  # after 2 updates (6 SGD steps for APPO) sums in another order differ by ~2e-6
+STEPS = 2  # updates per case: the second starts from the state the first returned
+
+
+def _random_params(spec, seed: int):
+    """Random parameters for ``spec``, built in numpy (eager JAX initialisers cost seconds of compiling)."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax import networks
+
+    shapes = jax.eval_shape(lambda k: networks.init_params(spec, k), jax.ShapeDtypeStruct((2,), jnp.uint32))
+    rng = np.random.default_rng(seed)
+    scale = lambda s: 1.0 / np.sqrt(s.shape[0]) if len(s.shape) == 2 else 0.1  # noqa: E731
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(scale=scale(s), size=s.shape), s.dtype), shapes)
+
+
+def _cases(names=CASES):
+    """``{name: (apply, params, LossConfig, batch [8, 8])}``: every loss, corrector and action kind."""
+    import jax.numpy as jnp
+
+    import test_learner as tl
+    from accerl_jax import learner, networks
+
+    batch = tl._batch(b=8)
+    rng = np.random.default_rng(1)
+    g_batch = batch._replace(action=jnp.asarray(rng.normal(size=batch.action.shape + (2,)), jnp.float32))
+    d_spec = networks.default_spec((tl.OBS_DIM,), tl.NUM_ACTIONS)
+    q_spec = networks.default_spec((tl.OBS_DIM,), tl.NUM_ACTIONS, q_head=True)
+    g_spec = networks.default_spec((tl.OBS_DIM,), 0, action_dim=2)
+    build = {
+        "vtrace": lambda: (networks.make_apply(d_spec), _random_params(d_spec, 0), learner.LossConfig(), batch),
+        "retrace": lambda: (networks.make_apply_with_q(q_spec), _random_params(q_spec, 1),
+                            learner.LossConfig(corrector="retrace"), batch),
+        "appo": lambda: (networks.make_apply(d_spec), _random_params(d_spec, 2),
+                         learner.LossConfig(loss="appo", corrector="is", clip_rho_threshold=2.0, epochs=3), batch),
+        "gaussian": lambda: (networks.make_apply(g_spec), _random_params(g_spec, 3),
+                             learner.LossConfig(corrector="none"), g_batch),
+    }
+    return {name: build[name]() for name in names}
+
+
+def _updates(n: int, names=CASES, steps: int = STEPS) -> dict:
+    """``steps`` plain-SGD updates of each case on the first ``n`` devices: params, step and metrics."""
+    import jax
+    import optax
+
+    import test_learner as tl
+    from accerl_jax import learner
+
+    out = {}
+    opt = optax.sgd(0.1)  # plain SGD: the param step is the gradient itself
+    for name, (apply, params, cfg, batch) in _cases(names).items():
+        mesh = learner.make_mesh(jax.devices()[:n])
+        update = learner.make_update(apply, opt, cfg, mesh)
+        state = learner.init_state(params, opt, mesh)
+        for _ in range(steps):
+            state, metrics = update(state, batch)
+        out[name] = {"params": tl._tolist(state.params), "step": int(state.step), "initial": tl._tolist(params),
+                     "metrics": {m: float(v) for m, v in metrics.items()}}
+    return out
+
+
+def _device_main(n: int) -> None:
+    """In a subprocess with ``n`` devices: every case on ``n`` devices, and an indivisible APPO split."""
+    import jax
+    import optax
+
+    import test_learner as tl
+    from accerl_jax import learner
+
+    out = {"device_count": jax.device_count(), "updates": _updates(n)}
+    mesh, opt = learner.make_mesh(jax.devices()[:n]), optax.sgd(0.1)
+    try:  # B=8 on n devices x 3 minibatches does not divide
+        cfg = learner.LossConfig(loss="appo", minibatches=3)
+        learner.make_update(tl.APPLY, opt, cfg, mesh)(None, tl._batch(b=8))  # refused before it runs
+        out["mb_error"] = None
+    except ValueError as e:
+        out["mb_error"] = str(e)
+    print("RESULT " + json.dumps(out))
+
+
+def _multihost_main(pid: int, port: int) -> None:
+    """One of two processes (one CPU device each): two global updates, each process feeding its half of B."""
+    import jax
+
+    from accerl_jax import distributed
+    from accerl_jax.config import Config
+
+    distributed.join(Config(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid))
+    import optax
+
+    import test_learner as tl
+    from accerl_jax import learner, shards
+
+    apply, params, cfg, batch = _cases(("vtrace",))["vtrace"]
+    mesh, opt = learner.make_mesh(jax.devices()), optax.sgd(0.1)
+    update = shards.make_global_update(learner.make_update(apply, opt, cfg, mesh), mesh)
+    state = learner.init_state(params, opt, learner.make_mesh(jax.local_devices()))
+    half = jax.tree.map(lambda x: x[:, 4 * pid: 4 * (pid + 1)], batch)
+    for _ in range(STEPS):
+        state, metrics = update(state, half)
+    print("RESULT " + json.dumps({"process_count": jax.process_count(), "devices": jax.device_count(),
+                                  "digest": shards.params_digest(state.params), "params": tl._tolist(state.params),
+                                  "metrics": {m: float(v) for m, v in metrics.items()}}))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _updates(1)
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def devices(request):
+    return request.param, run_device_main("test_devices", request.param, "_device_main", (request.param,))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_update_on_n_devices_equals_one_device(devices, reference, name):
+    n, out = devices
+    assert out["device_count"] == n
+    one, many = reference[name], out["updates"][name]
+    for a, b in zip(one["params"], many["params"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL, err_msg=name)
+    # The update moved the parameters: the comparison is not between two copies of the initial ones.
+    assert max(np.max(np.abs(np.subtract(a, b))) for a, b in zip(one["params"], one["initial"])) > 1e-4
+    assert set(one["metrics"]) == set(many["metrics"])
+    for k, v in one["metrics"].items():
+        np.testing.assert_allclose(many["metrics"][k], v, rtol=RTOL, atol=ATOL, err_msg=f"{name} {k}")
+    assert many["step"] == one["step"] == STEPS * (3 if name == "appo" else 1)
+
+
+def test_appo_minibatches_must_divide_the_shard(devices):
+    n, out = devices
+    msg = out["mb_error"]
+    assert msg is not None and "minibatches" in msg and str(3 * n) in msg, msg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(cmds: list[list[str]], envs: list[dict], folder, timeout: float = 300, expect: int = 0) -> list[str]:
+    """Run the processes of one multi-host run together; return their stdouts (all must exit ``expect``;
+    with ``expect`` other than 0, their stderrs are returned).
+
+    Output goes to files in ``folder``, not pipes: a process blocked on a full pipe would hold the other
+    one in JAX's shutdown barrier.
+    """
+    files = [(open(os.path.join(folder, f"p{i}.out"), "w+"), open(os.path.join(folder, f"p{i}.err"), "w+"))
+             for i in range(len(cmds))]
+    procs = [subprocess.Popen(c, env=e, cwd=ROOT, stdout=o, stderr=r, text=True)
+             for c, e, (o, r) in zip(cmds, envs, files)]
+    outs = []
+    try:
+        for p, (o, r) in zip(procs, files):
+            p.wait(timeout=timeout)
+            o.seek(0), r.seek(0)
+            err = r.read()
+            assert p.returncode == expect, err[-3000:]
+            outs.append(o.read() if expect == 0 else err)
+    finally:
+        for q in procs:  # one failed: the other would wait for it until JAX's timeout
+            if q.poll() is None:
+                q.kill()
+        for o, r in files:
+            o.close(), r.close()
+    return outs
+
+
+def _result(stdout: str) -> dict:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, stdout[-2000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_two_processes_build_the_global_batch_and_match_one_device(tmp_path, reference):
+    port = _free_port()
+    cmds = [[sys.executable, "-c", f"import test_devices as t; t._multihost_main({pid}, {port})"] for pid in range(2)]
+    res = [_result(o) for o in _launch(cmds, [device_env(1), device_env(1)], tmp_path)]
+    assert [r["process_count"] for r in res] == [2, 2] and [r["devices"] for r in res] == [2, 2]
+    assert res[0]["digest"] == res[1]["digest"]  # bitwise-equal parameters on both processes
+    one = reference["vtrace"]  # the whole batch on one device
+    for a, b in zip(one["params"], res[0]["params"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    for k, v in one["metrics"].items():
+        np.testing.assert_allclose(res[0]["metrics"][k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+def test_env_group_rollouts_depend_only_on_their_mesh_position():
+    """A process stepping groups 1 and 3 (of a 4-device mesh) gets, in its columns 0-1 and 2-3, exactly the
+    rollouts of one plain actor reset with fold_in(key, 1) and fold_in(key, 3): the same as any other
+    process (or a single process) stepping those groups. Two rollouts: the carry is threaded right."""
+    import jax
+
+    from accerl_jax import networks, shards
+    from accerl_jax.actor import AnakinActor
+    from accerl_jax.envs import make_env
+
+    env = make_env("gymnax:CartPole-v1", 2)
+    spec = networks.default_spec(env.info.obs_shape, env.info.num_actions)
+    apply, params = networks.make_apply(spec), _random_params(spec, 5)
+    inner = AnakinActor(env, apply, 8)
+    actor, key = shards.ShardedActor(inner, [1, 3]), jax.random.PRNGKey(7)
+    carry = actor.reset(key)
+    assert carry.obs.shape == (4,) + env.info.obs_shape
+    got = []
+    for _ in range(2):
+        carry, rollout, _ = actor.rollout(params, carry)
+        got.append(rollout)
+    for j, group in enumerate([1, 3]):
+        c = inner.reset(jax.random.fold_in(key, group))
+        for g in got:
+            c, want, _ = inner.rollout(params, c)
+            cols = slice(2 * j, 2 * j + 2)
+            np.testing.assert_array_equal(np.asarray(g.action[:, cols]), np.asarray(want.action))
+            np.testing.assert_array_equal(np.asarray(g.terminated[:, cols]), np.asarray(want.terminated))
+            np.testing.assert_allclose(np.asarray(g.obs[:, cols]), np.asarray(want.obs), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(g.log_prob[:, cols]), np.asarray(want.log_prob), rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(np.asarray(got[0].action[:, :2]), np.asarray(got[0].action[:, 2:]))  # groups differ
+
+
+def test_settings_from_environment_variables():
+    from accerl_jax import distributed
+    from accerl_jax.config import Config, ConfigError
+
+    env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
+    assert distributed.resolve(Config(), env) == distributed.Cluster("127.0.0.1:1234", 2, 1)
+    assert distributed.resolve(Config(process_id=0), env).process_id == 0  # a flag wins over its variable
+    assert distributed.resolve(Config(), {}) is None  # one process
+    with pytest.raises(ConfigError, match="bad JAX_NUM_PROCESSES 'two'; expected an integer"):
+        distributed.resolve(Config(), dict(env, JAX_NUM_PROCESSES="two"))
+    with pytest.raises(ConfigError, match="JAX_PROCESS_ID '1' given without --coordinator-address"):
+        distributed.resolve(Config(), {"JAX_PROCESS_ID": "1"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Slow: end to end through train() and the CLI.
+
+
+def _train_main(logdir: str) -> None:
+    from accerl_jax.config import Config
+    from accerl_jax.loop import train
+
+    summary = train(Config(num_envs=8, logdir=logdir, **RUN))
+    print("RESULT " + json.dumps({k: summary[k] for k in (
+        "learner_params_digest", "learner_devices", "devices", "updates", "total_env_steps", "learner_batch",
+        "num_processes")}))
+
+
+@pytest.fixture(scope="module")
+def four_device_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("four") / "run"
+    return logdir, run_device_main("test_devices", 4, "_train_main", (str(logdir),))
+
+
+@pytest.mark.slow
+def test_train_end_to_end_on_four_devices(four_device_run):
+    _, t = four_device_run
+    assert t["devices"] == t["learner_devices"] == 4 and t["num_processes"] == 1
+    assert t["updates"] == 6 and t["total_env_steps"] == 6 * 8 * 8 and t["learner_batch"] == 8
+
+
+@pytest.mark.slow
+def test_two_processes_cli_match_each_other_and_the_single_process_run(tmp_path, four_device_run):
+    from accerl_jax import checkpoint
+
+    port = _free_port()
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    args = []
+    for k, v in RUN.items():
+        args += [f"--no-{k}"] if v is False else [f"--{k.replace('_', '-')}", str(v)]
+    cmds, envs = [], []
+    for pid in range(2):
+        envs.append(dict(device_env(2), TMPDIR=str(tmp_path)))  # process 1's temporary folder lands here
+        cmds.append([sys.executable, "-m", "accerl_jax.train", *args, "--num-envs", "4", "--logdir", str(logdir),
+                     "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])
+    outs = _launch(cmds, envs, tmp_path / "out")
+    digests = []
+    for pid, stdout in enumerate(outs):
+        line = [ln for ln in stdout.splitlines() if ln.startswith(f"process {pid} of 2: learner parameters digest ")]
+        assert line, stdout[-2000:]
+        digests.append(line[0].split()[-1])
+    assert digests[0] == digests[1]  # bitwise-equal learner parameters on both processes
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["num_processes"] == 2 and summary["process_id"] == 0 and summary["learner_devices"] == 4
+    assert summary["learner_batch"] == 8 and summary["total_env_steps"] == 6 * 8 * 8 and summary["updates"] == 6
+    assert summary["learner_params_digest"] == digests[0]
+    assert "outputs: written by process 0 only" in outs[1]
+    assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind
+    # The single-process run with 4 devices and --num-envs 8 has the same global batch: the same learner
+    # to float tolerance (the cross-process sums add in another order), and process 0's env groups (mesh
+    # positions 0, 1) end in the same state as that run's first two groups: the rollouts coincided.
+    ref_dir, ref = four_device_run
+    assert ref["learner_params_digest"] != "" and summary["updates"] == ref["updates"]
+    got, want = checkpoint.read_leaves(str(logdir), 6), checkpoint.read_leaves(str(ref_dir), 6)
+    assert set(got) == set(want)
+    for path, x in got.items():
+        y = want[path]
+        if path.startswith(".actor."):  # [groups, ...] or [groups * b, ...]: process 0 holds the first half
+            y = y[: x.shape[0]]
+        assert x.shape == y.shape, path
+        if np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, y, rtol=RTOL, atol=ATOL, err_msg=path)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=path)
+
+
+@pytest.mark.slow
+def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):
+    """Process 0's --logdir holds a run: both processes exit 2 with that error; nothing changes on disk."""
+    logdir = tmp_path / "taken"
+    logdir.mkdir()
+    (logdir / "metrics.csv").write_text("update\n")
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds = [[sys.executable, "-m", "accerl_jax.train", "--no-progress", "--logdir", str(logdir),
+             "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)]
+            for pid in range(2)]
+    errs = _launch(cmds, [device_env(1), device_env(1)], tmp_path / "out", expect=2)
+    assert "already holds a run" in errs[0].splitlines()[-1]
+    assert "process 0 of the multi-host run refused its settings" in errs[1].splitlines()[-1]
+    assert "already holds a run" in errs[1].splitlines()[-1]
+    assert os.listdir(logdir) == ["metrics.csv"] and (logdir / "metrics.csv").read_text() == "update\n"
