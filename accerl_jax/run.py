@@ -218,9 +218,11 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = networks.init_params(spec, k_net)
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates * loss_cfg.optimizer_steps)
+    optimizer_steps = num_updates * loss_cfg.optimizer_steps
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps)
     state = learner_lib.init_state(params, optimizer)
-    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, family=spec.family)
+    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, family=spec.family,
+                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
     actor_apply = compressor.actor_apply(learner_apply)
     actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
     learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
