@@ -23,7 +23,7 @@ from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
-from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence, require_wandb
 from accerl_jax.signals import signal_name
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -163,6 +163,8 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
         checkpoint), raised before anything is written.
     """
     validate(cfg)
+    if cfg.wandb or cfg.wandb_project:
+        require_wandb()
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     loss_cfg = make_loss_config(cfg)
@@ -249,8 +251,11 @@ def setup(cfg: Config, claimed: list[str]) -> Run:
     if resume_point is not None:
         checkpoint.trim_metrics(logdir, extra["completed"])
         wall_start -= extra["wall_time_s"]
+    wandb = None
+    if cfg.wandb or cfg.wandb_project:
+        wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress,
-                      append=resume_point is not None)
+                      append=resume_point is not None, wandb=wandb)
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
@@ -314,7 +319,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "inference_time_s": times["inference"],
         "learner_time_s": times["learner"],
         "compress_time_s": times["compress"],
+        "distill_time_s": times["distill"],
         "final_return_mean": monitor.return_mean if monitor.returns else None,
+        "final_length_mean": monitor.length_mean if monitor.lengths else None,
         "return_window": cfg.return_window,
         "returns_averaged": len(monitor.returns),
         "episodes": monitor.episodes,
@@ -325,6 +332,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "actor_param_bytes": networks.param_bytes(actor_params),
         "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
         "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
+        # The last update's importance ratios π/μ (issue 6): mean |log ρ|, fractions with ρ > ρ̄ and ρ > c̄.
+        **{k: float(final[k]) if k in final else None
+           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate")},
         "devices": run.n_dev,
         "backend": jax.default_backend(),
         "logdir": run.logdir,

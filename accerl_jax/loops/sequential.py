@@ -6,6 +6,8 @@ before the latest.
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 import time
 
 import jax
@@ -52,6 +54,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
         held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
         # The divergence of the policy the actor runs next (stale by --policy-lag updates) from the learner's.
         metrics = dict(metrics, **divergence(learner_logits(state.params, held), actor_logits(lagged[0], held)))
+        metrics["policy_lag_versions"] = lag
         if info.jittable:
             env_calibration.append(actor.time_env_only(carry))
             # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
@@ -75,7 +78,13 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
         lagged = collections.deque(lagged_params, maxlen=cfg.policy_lag + 1)
         # The last completed update's state: what a checkpoint saves, even if a later update is abandoned.
         snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state, checkpoint.host_key_only(carry, info.jittable))
+        compress = compressor.compress
+        if isinstance(comp_state, dict) and "distill" in comp_state and "timer" in inspect.signature(compress).parameters:
+            # Distillation's own seconds (the "distill" stage); the chain then blocks after each stage.
+            compress = functools.partial(compress, timer=monitor.compressor_stage_time)
+        lag = 0
         for it in range(start_update + 1, num_updates + 1):
+            lag = len(lagged) - 1  # learner updates between the actor's policy and the learner's (policy lag)
             with monitor.time("actor"):
                 carry, rollout, actor_times = actor.rollout(lagged[0], carry)
                 jax.block_until_ready(rollout)
@@ -88,7 +97,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             with monitor.time("compress"):
                 obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
                 previous = actor_params
-                actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
+                actor_params, comp_state = compress(state.params, comp_state, obs_flat)
                 jax.block_until_ready(actor_params)
                 lagged.append(actor_params)
             refreshed = actor_params is not previous
@@ -99,7 +108,8 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                 held = obs_flat[:REFRESH_SAMPLES]
                 monitor.log_refresh(it, divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
-            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
+            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update,
+                                    episode_length=np.asarray(rollout.episode_length))
             completed = it
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
             if bad is None:
