@@ -58,7 +58,7 @@ class Config:
     seed: int = 0
     """Random seed (network init, action sampling, environments)."""
     logdir: Optional[str] = None
-    """Output folder for summary.json, metrics.csv, curves.png and TensorBoard events; default
+    """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
     learning_rate: float = 1e-3
     """Adam learning rate of the learner, linearly annealed to 0 over the budget."""

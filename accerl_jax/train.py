@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
               "log folder was freed, a resumed run's checkpoints are unchanged)", file=sys.stderr)
         return exit_code(getattr(err, "signum", None))
     print_summary(summary)
-    print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
+    print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): {summary['logdir']}; "
+          f"plot with: python -m accerl_jax.plot {summary['logdir']}")
     if summary["stopped"] == "interrupted":
         print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
               f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume {summary['logdir']}", file=sys.stderr)
