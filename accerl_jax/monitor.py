@@ -22,6 +22,7 @@ import contextlib
 import csv
 import json
 import os
+import sys
 import time
 import uuid
 
@@ -281,14 +282,21 @@ class Monitor:
     def _log_wandb(self, row: dict) -> None:
         if self._wandb_kwargs is None:
             return
-        if self._wandb is None:
-            import wandb
+        try:
+            if self._wandb is None:
+                import wandb
 
-            self._wandb = wandb.init(**{"name": os.path.basename(os.path.normpath(self.logdir)), **self._wandb_kwargs,
-                                        "dir": self.logdir, "id": self.wandb_id, "resume": "allow"})
-        # W&B's own step counter, not env steps: a resumed run re-logs updates after its checkpoint, and
-        # W&B drops steps lower than one already logged; plot against the env_steps field instead.
-        self._wandb.log({k: v for k, v in row.items() if np.isfinite(v)})
+                self._wandb = wandb.init(**{"name": os.path.basename(os.path.normpath(self.logdir)),
+                                            **self._wandb_kwargs, "dir": self.logdir, "id": self.wandb_id,
+                                            "resume": "allow"})
+            # W&B's own step counter, not env steps: a resumed run re-logs updates after its checkpoint, and
+            # W&B drops steps lower than one already logged; plot against the env_steps field instead.
+            self._wandb.log({k: v for k, v in row.items() if np.isfinite(v)})
+        except Exception as err:  # noqa: BLE001 - W&B (login, network) must never stop training
+            print(f"warning: Weights & Biases failed ({type(err).__name__}: {err}); W&B logging is off for the rest "
+                  f"of this run; metrics.csv, metrics.jsonl and TensorBoard in {self.logdir} are complete",
+                  file=sys.stderr)
+            self._wandb_kwargs, self._wandb = None, None
 
     @staticmethod
     def table(rows: list[dict]):

@@ -208,3 +208,17 @@ def test_plot_cli_errors_exit_2_with_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         plot.main(["--help"])
     assert exc.value.code == 0 and "RUN_DIR" in capsys.readouterr().out
+
+
+def test_wandb_failure_warns_and_training_logs_go_on(tmp_path, monkeypatch, capsys):
+    def init(**kwargs):
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    monitor = Monitor(str(tmp_path), 100, progress=False, wandb={"project": "p"})
+    monitor.log(1, {"loss": 1.0})
+    monitor.log(2, {"loss": 0.5})
+    monitor.close()
+    err = capsys.readouterr().err
+    assert err.count("W&B logging is off") == 1 and "api_key not configured" in err
+    assert [r["update"] for r in read_jsonl(tmp_path)] == [1, 2]
