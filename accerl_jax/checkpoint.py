@@ -27,6 +27,7 @@ import contextlib
 import csv
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import time
@@ -41,7 +42,8 @@ CHECKPOINT_DIR = "checkpoints"  # inside the run's logdir: <logdir>/checkpoints/
 FORMAT = 1
 # Fields that control how a run is run, not what it computes: they may differ when it is resumed.
 RUN_CONTROL_FIELDS = frozenset(
-    {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan"}
+    {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan",
+     "wandb", "wandb_project"}
 )
 
 
@@ -325,22 +327,41 @@ def read_leaves(logdir: str, step: int) -> dict:
 
 
 def trim_metrics(logdir: str, last_update: int) -> None:
-    """Drop rows of ``<logdir>/metrics.csv`` after ``last_update`` (logged after the checkpoint a run
-    resumes from, so they will be logged again); rewritten atomically, untouched if nothing to drop."""
+    """Drop rows of ``<logdir>/metrics.csv`` and ``metrics.jsonl`` after ``last_update`` (logged after the
+    checkpoint a run resumes from, so they will be logged again); each rewritten atomically, untouched if
+    nothing to drop. A JSONL line cut short by a crash is dropped too."""
     path = os.path.join(logdir, "metrics.csv")
-    if not os.path.exists(path):
-        return
-    with open(path, newline="") as f:
-        lines = f.read().splitlines(keepends=True)
-    if not lines:
-        return
-    rows = list(csv.reader(lines[1:]))
-    keep = [line for line, row in zip(lines[1:], rows) if row and int(float(row[0])) <= last_update]
-    if len(keep) == len(lines) - 1:
-        return
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            lines = f.read().splitlines(keepends=True)
+        if lines:
+            rows = list(csv.reader(lines[1:]))
+            keep = [line for line, row in zip(lines[1:], rows) if row and int(float(row[0])) <= last_update]
+            if len(keep) != len(lines) - 1:
+                _replace_lines(path, [lines[0], *keep])
+    path = os.path.join(logdir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.read().splitlines(keepends=True)
+        keep = [line for line in lines if (update := _jsonl_update(line)) is not None and update <= last_update]
+        if len(keep) != len(lines):
+            _replace_lines(path, keep)
+
+
+def _jsonl_update(line: str) -> int | None:
+    """The ``update`` of one metrics.jsonl line; None for a line that is not a complete JSON row."""
+    if not line.endswith("\n"):
+        return None
+    try:
+        return int(json.loads(line)["update"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _replace_lines(path: str, lines: list[str]) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", newline="") as f:
-        f.writelines([lines[0], *keep])
+        f.writelines(lines)
     os.replace(tmp, path)
 
 

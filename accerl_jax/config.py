@@ -80,7 +80,7 @@ class Config:
     seed: int = 0
     """Random seed (network init, action sampling, environments)."""
     logdir: Optional[str] = None
-    """Output folder for summary.json, metrics.csv, curves.png and TensorBoard events; default
+    """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
     learning_rate: float = 1e-3
     """Adam learning rate of the learner, linearly annealed to 0 over the budget."""
@@ -112,7 +112,12 @@ class Config:
     return_window: int = 100
     """final_return_mean averages the returns of this many last finished episodes."""
     progress: bool = True
-    """Show the progress bar."""
+    """Show the progress bar, and every 10 logs a compact table of the latest logged rows."""
+    wandb: bool = False
+    """Also log every metrics row to Weights & Biases (needs 'pip install wandb' and 'wandb login', or
+    WANDB_MODE=offline); the W&B run is named after the log folder and kept in it."""
+    wandb_project: Optional[str] = None
+    """W&B project (implies --wandb); default 'accerl_jax'."""
     checkpoint_every: int = 500
     """Save a checkpoint (orbax, in <logdir>/checkpoints/<update>/) every this many learner updates, and
     always at the end, also when stopped by Ctrl-C/SIGTERM; 0 = only at the end."""

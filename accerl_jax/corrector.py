@@ -29,6 +29,8 @@ import jax.numpy as jnp
 CORRECTORS = ("vtrace", "retrace", "is", "none")
 # The correctors that produce state-value targets and advantages (:func:`correct`); retrace needs a Q head.
 VALUE_CORRECTORS = ("vtrace", "is", "none")
+# c̄: V-trace and Retrace clip their trace coefficients c_s = λ min(c̄, ρ_s) at 1 (IMPALA eq. 1, Retrace).
+CLIP_C_THRESHOLD = 1.0
 
 
 class VTraceOutput(NamedTuple):
@@ -90,7 +92,7 @@ def vtrace_single(
     chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1, done_t])
     dtype = v_tm1.dtype
     not_done = 1.0 - done_t.astype(dtype)
-    c_tm1 = lambda_ * jnp.minimum(1.0, rho_tm1)
+    c_tm1 = lambda_ * jnp.minimum(CLIP_C_THRESHOLD, rho_tm1)
     clipped_rho_tm1 = jnp.minimum(clip_rho_threshold, rho_tm1)
     td_error = clipped_rho_tm1 * (r_t + discount_t * v_t - v_tm1)
 
@@ -266,7 +268,7 @@ def retrace_single(
     exp_q_t = jnp.sum(pi_t * q_t, axis=-1)
     q_a_t = jnp.take_along_axis(q_t, a_t[:, None].astype(jnp.int32), axis=-1)[:, 0]
     pi_a_t = jnp.take_along_axis(pi_t, a_t[:, None].astype(jnp.int32), axis=-1)[:, 0]
-    c_t = lambda_ * jnp.minimum(1.0, pi_a_t / mu_t)
+    c_t = lambda_ * jnp.minimum(CLIP_C_THRESHOLD, pi_a_t / mu_t)
     not_done = 1.0 - done_t.astype(dtype)
     # The last row has no next target to trace into: it bootstraps from E_π Q alone.
     inside = jnp.concatenate([not_done[:-1], jnp.zeros((1,), dtype)])

@@ -113,6 +113,30 @@ def is_continuous(batch: Rollout) -> bool:
     return bool(jnp.issubdtype(batch.action.dtype, jnp.floating))
 
 
+def ratio_sums(log_rho: jax.Array, mask: jax.Array, cfg: LossConfig) -> dict:
+    """Masked sums of importance-ratio statistics over valid steps (the Monitor's ratio metrics).
+
+    Args:
+      log_rho: ``[T, B]`` float32 log ρ_s = log π(a_s|x_s) - log μ(a_s|x_s) (summed over action dimensions).
+      mask: ``[T, B]`` float32, 1 on valid steps.
+      cfg: its ``clip_rho_threshold`` is ρ̄; c̄ is the trace-coefficient clip of V-trace and Retrace,
+        c_s = λ min(c̄, ρ_s) (:data:`accerl_jax.corrector.CLIP_C_THRESHOLD`).
+
+    Returns:
+      dict of [] float32 sums over valid steps: ``abs_log_rho`` of |log ρ_s|, ``rho_clipped`` and
+      ``c_clipped`` the counts of steps with ρ_s > ρ̄ and ρ_s > c̄ (where min(ρ̄, ρ_s) and min(c̄, ρ_s)
+      clip). The ratio is measured whatever the corrector (``none`` ignores it, so there it shows how
+      much correction the run goes without).
+    """
+    log_rho = jax.lax.stop_gradient(log_rho)
+    rho = jnp.exp(log_rho)
+    return {
+        "abs_log_rho": jnp.sum(mask * jnp.abs(log_rho)),
+        "rho_clipped": jnp.sum(mask * (rho > cfg.clip_rho_threshold)),
+        "c_clipped": jnp.sum(mask * (rho > corrector.CLIP_C_THRESHOLD)),
+    }
+
+
 def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[jax.Array, dict]:
     """Masked *sums* of the actor-critic loss terms over a (local) ``[T, B]`` batch.
 
@@ -122,7 +146,7 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
     Returns:
       ``(count, sums)``: ``count`` [] float32 is the number of valid steps; ``sums`` maps
       ``"pg"``, ``"value"``, ``"entropy"``, ``"rho"`` and ``"vs"`` to [] float32 sums over valid steps
-      (for retrace, ``"vs"`` sums the Retrace targets G_s).
+      (for retrace, ``"vs"`` sums the Retrace targets G_s), plus the :func:`ratio_sums` of π/μ.
 
     Raises:
       ValueError: for ``retrace`` with continuous actions.
@@ -144,6 +168,7 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
         "entropy": jnp.sum(mask * entropy),
         "rho": jnp.sum(mask * jnp.exp(log_rho)),
         "vs": jnp.sum(mask * targets.vs),
+        **ratio_sums(log_rho, mask, cfg),
     }
     return jnp.sum(mask), sums
 
@@ -201,6 +226,7 @@ def _retrace_loss_sums(params, apply, batch: Rollout, cfg: LossConfig):
         "entropy": jnp.sum(mask * pi.entropy()),
         "rho": jnp.sum(mask * rho),
         "vs": jnp.sum(mask * targets),
+        **ratio_sums(log_rho, mask, cfg),
     }
     return jnp.sum(mask), sums
 
@@ -212,6 +238,7 @@ class AppoTargets(NamedTuple):
     vs: jax.Array  # value targets from the corrector
     advantage: jax.Array  # policy-gradient advantages from the corrector
     rho: jax.Array  # π_θold / μ
+    log_rho: jax.Array  # log π_θold - log μ
 
 
 def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> AppoTargets:
@@ -221,12 +248,13 @@ def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> App
     log_pi = policy_distribution(out, is_continuous(batch)).log_prob(batch.action)
     log_rho = log_pi - batch.log_prob
     targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)
-    return jax.lax.stop_gradient(AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho)))
+    return jax.lax.stop_gradient(AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho), log_rho))
 
 
 def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg: LossConfig):
     """Masked sums of APPO's loss on one (minibatch) ``[T, b]`` batch; keys as :func:`loss_sums`, with
-    ``"pg"`` the clipped surrogate -min(r A, clip(r, 1-ε, 1+ε) A) and ``"rho"`` the ratio r = π_θ/π_θold."""
+    ``"pg"`` the clipped surrogate -min(r A, clip(r, 1-ε, 1+ε) A) and ``"rho"`` the ratio r = π_θ/π_θold;
+    the :func:`ratio_sums` are of the actor's ratio π_θold/μ."""
     out, v_tm1 = apply(params, batch.obs)[:2]
     pi = policy_distribution(out, is_continuous(batch))
     log_pi = pi.log_prob(batch.action)
@@ -240,6 +268,7 @@ def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg
         "entropy": jnp.sum(mask * pi.entropy()),
         "rho": jnp.sum(mask * jax.lax.stop_gradient(ratio)),
         "vs": jnp.sum(mask * old.vs),
+        **ratio_sums(old.log_rho, mask, cfg),
     }
     return jnp.sum(mask), sums
 
@@ -250,6 +279,7 @@ def make_update(
     cfg: LossConfig,
     mesh: Mesh | None = None,
     family: str = "mlp",
+    learning_rate: optax.Schedule | None = None,
 ):
     """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``.
 
@@ -261,13 +291,19 @@ def make_update(
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
       family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
+      learning_rate: the optimizer's schedule (:func:`make_schedule`), to report the learning rate of
+        each step as the metric ``learning_rate``; None: not reported.
 
     Returns:
       ``update``: takes :class:`LearnerState` (replicated) and a :class:`Rollout` ``[T, B, ...]`` with
       ``B`` divisible by the number of devices (times ``cfg.minibatches`` for APPO); returns the new state
       and a dict of [] float32 metrics (``loss``, ``pg_loss``, ``value_loss``, ``entropy``, ``rho_mean``,
-      ``vs_mean``, ``grad_norm``; for APPO the means over its ``epochs * minibatches`` steps, and
-      ``rho_mean`` is the PPO ratio π_θ/π_θold). ``state.step`` counts optimizer steps.
+      ``vs_mean``, ``grad_norm``; the actor's importance ratios ρ = π/μ over valid steps:
+      ``abs_log_rho_mean`` = mean |log ρ|, ``rho_clipped_frac`` and ``c_clipped_frac`` = fractions of
+      steps with ρ > ρ̄ (``clip_rho_threshold``) and ρ > c̄ (:data:`accerl_jax.corrector.CLIP_C_THRESHOLD`);
+      ``learning_rate`` if a schedule is given; for APPO the means over its ``epochs * minibatches`` steps,
+      ``rho_mean`` is the PPO ratio π_θ/π_θold and the ratio statistics are of π_θold/μ).
+      ``state.step`` counts optimizer steps. Every mean is a global masked mean, psum(sum) / psum(count).
       Raises ValueError (when called) if ``B`` is not divisible as required.
     """
     mesh = mesh or make_mesh()
@@ -297,7 +333,12 @@ def make_update(
             "rho_mean": sums["rho"] / count,
             "vs_mean": sums["vs"] / count,
             "grad_norm": optax.global_norm(grads),
+            "abs_log_rho_mean": sums["abs_log_rho"] / count,
+            "rho_clipped_frac": sums["rho_clipped"] / count,
+            "c_clipped_frac": sums["c_clipped"] / count,
         }
+        if learning_rate is not None:  # the rate this step used: optax's schedule counts steps from 0
+            metrics["learning_rate"] = jnp.asarray(learning_rate(state.step), jnp.float32)
         return LearnerState(params, opt_state, state.step + 1), metrics
 
     def _local(state: LearnerState, batch: Rollout):
@@ -355,7 +396,16 @@ def init_state(params, optimizer: optax.GradientTransformation, mesh: Mesh | Non
     return make(params)
 
 
+def make_schedule(learning_rate: float, total_updates: int, anneal: bool = True) -> optax.Schedule:
+    """The learner's learning rate per optimizer step: linear from ``learning_rate`` to 0 over
+    ``total_updates`` steps (optax ``linear_schedule``), or constant if not ``anneal``."""
+    if not anneal:
+        return optax.constant_schedule(learning_rate)
+    return optax.linear_schedule(learning_rate, 0.0, max(total_updates, 1))
+
+
 def make_optimizer(learning_rate: float, max_grad_norm: float, total_updates: int, anneal: bool = True):
-    """Adam with global-norm clipping, learning rate linearly annealed to 0 over ``total_updates``."""
-    lr = optax.linear_schedule(learning_rate, 0.0, max(total_updates, 1)) if anneal else learning_rate
+    """Adam with global-norm clipping, learning rate :func:`make_schedule` (linearly annealed to 0 over
+    ``total_updates``)."""
+    lr = make_schedule(learning_rate, total_updates) if anneal else learning_rate
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))

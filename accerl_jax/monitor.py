@@ -1,9 +1,19 @@
 """Monitor: per-stage timing, returns, actor-vs-learner divergence, logs, progress and the summary.
 
-Writes into ``logdir``: ``metrics.csv`` (one row per logged update), TensorBoard event files
-(tensorboardX), ``curves.png`` (return, stage times and learner-actor divergence against env steps;
-matplotlib) and ``summary.json`` at the end (written to a temporary file and renamed, so a crash
-never leaves a half-written summary). Shows a rich progress bar and a final summary table.
+Each logged update is one *row*: counters (update, env steps, wall time, steps/s, episodes, recent mean
+episode return and length), the cumulative seconds of every stage in :data:`STAGES` (``time_<stage>_s``)
+and the loop's metrics (the learner's losses, gradient norm, learning rate and importance-ratio
+statistics, KL(π_learner ‖ μ_actor) and greedy agreement, ``policy_lag_versions``). Sinks, in ``logdir``:
+
+* ``metrics.csv`` and ``metrics.jsonl`` (the same rows; JSON has ``null`` for NaN, and keeps keys a loop
+  adds after the first row, which the CSV header cannot);
+* TensorBoard event files (tensorboardX), every row's scalars against env steps;
+* Weights & Biases when asked (``--wandb``; :func:`require_wandb` checks it is installed);
+* the console: a rich progress bar and, every ``table_every`` logs, a compact table of the latest rows;
+* ``curves.png`` (return, stage times and divergence against env steps; matplotlib) and ``summary.json``
+  at the end (written to a temporary file and renamed, so a crash never leaves a half-written summary).
+
+``python -m accerl_jax.plot`` draws several runs from their ``metrics.csv`` (issue 6).
 """
 from __future__ import annotations
 
@@ -12,17 +22,30 @@ import contextlib
 import csv
 import json
 import os
+import sys
 import time
+import uuid
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accerl_jax.config import ConfigError
+
 # Wall seconds per stage (issues 5 and 6): the actor's rollout (split into env stepping and policy inference),
 # host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
 # compression of the actor's policy (of which distillation). Loops add to the stages they have.
 STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
-RUN_FILES = ("summary.json", "metrics.csv", "curves.png")  # with TensorBoard's events.out.*: a run's outputs
+RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png")  # with TensorBoard's events.out.*
+TABLE_EVERY = 10  # the console table of the latest rows is printed every this many logs (with the progress bar)
+# The console table's columns: (row key, header, format); those a run does not log are left out.
+TABLE_COLUMNS = (
+    ("update", "update", "{:,.0f}"), ("env_steps", "env steps", "{:,.0f}"), ("steps_per_s", "steps/s", "{:,.0f}"),
+    ("return_mean", "return", "{:.1f}"), ("length_mean", "length", "{:.0f}"), ("loss", "loss", "{:.3g}"),
+    ("grad_norm", "|grad|", "{:.3g}"), ("learning_rate", "lr", "{:.2g}"), ("kl_learner_actor", "KL", "{:.2g}"),
+    ("action_agreement", "agree", "{:.1%}"), ("abs_log_rho_mean", "|log ρ|", "{:.3f}"),
+    ("rho_clipped_frac", "ρ>ρ̄", "{:.1%}"), ("policy_lag_versions", "lag", "{:.0f}"),
+)
 
 
 def is_run_file(name: str) -> bool:
@@ -64,6 +87,19 @@ def gaussian_policy_divergence(learner_out: jax.Array, actor_out: jax.Array) -> 
     return {"kl_learner_actor": jnp.mean(kl), "action_agreement": jnp.mean(agree)}
 
 
+def require_wandb() -> None:
+    """Check that Weights & Biases can be imported (before a run asking for it writes anything).
+
+    Raises:
+      ConfigError: if ``wandb`` is not installed, saying how to install it.
+    """
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise ConfigError("bad --wandb: the wandb package is not installed; pip install wandb (and log in with "
+                          "'wandb login', or set WANDB_MODE=offline), or leave out --wandb/--wandb-project") from None
+
+
 def _finite_or_none(x):
     """Replace non-finite floats (anywhere in nested dicts/lists) by None: strict JSON has no NaN."""
     if isinstance(x, float):
@@ -91,12 +127,16 @@ class Monitor:
       total_steps: planned env steps (agent steps summed over environments), for the progress bar.
       return_window: how many of the last finished episodes ``final_return_mean`` averages.
       progress: show the rich progress bar.
-      append: continue the ``metrics.csv`` of a resumed run (its rows are kept, and reloaded for
-        ``curves.png``) instead of starting it; restore the counters with :meth:`load_state_dict`.
+      append: continue the ``metrics.csv``/``metrics.jsonl`` of a resumed run (their rows are kept, and
+        reloaded for ``curves.png``) instead of starting them; restore the counters with :meth:`load_state_dict`.
+      wandb: keyword arguments of ``wandb.init`` (e.g. ``project``, ``config``) to log every row to Weights &
+        Biases too; None (default): no W&B. The W&B run is started at the first log, in ``logdir``, with an
+        id kept in :meth:`state_dict`, so a resumed run continues the same W&B run.
+      table_every: print the console table every this many logs (only with ``progress``).
     """
 
     def __init__(self, logdir: str, total_steps: int, return_window: int = 100, progress: bool = True,
-                 append: bool = False):
+                 append: bool = False, *, wandb: dict | None = None, table_every: int = TABLE_EVERY):
         from tensorboardX import SummaryWriter
 
         os.makedirs(logdir, exist_ok=True)
@@ -104,6 +144,7 @@ class Monitor:
         self.total_steps = total_steps
         self.times = dict.fromkeys(STAGES, 0.0)
         self.returns: collections.deque = collections.deque(maxlen=return_window)
+        self.lengths: collections.deque = collections.deque(maxlen=return_window)  # agent steps per episode
         self.episodes = 0
         self.env_steps = 0
         self.refreshes = 0  # refreshes of the actor's policy logged by log_refresh
@@ -123,6 +164,12 @@ class Monitor:
                 self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames)
         else:
             self._csv_file = open(path, "w", newline="")
+        self._jsonl_file = open(os.path.join(logdir, "metrics.jsonl"), "a" if append else "w")
+        self._wandb_kwargs = wandb
+        self._wandb = None
+        self.wandb_id = uuid.uuid4().hex[:16] if wandb is not None else None
+        self.table_every = table_every
+        self._logs = 0
         self._progress = None
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -145,6 +192,11 @@ class Monitor:
         yield
         self.times[stage] += time.perf_counter() - start
 
+    def compressor_stage_time(self, name: str):
+        """The ``timer`` for a :func:`~accerl_jax.compressor.chain`'s stages: the ``distill`` stage's seconds
+        go to the ``distill`` stage (also counted in ``compress``, the total); other stages are not split."""
+        return self.time("distill") if name == "distill" else contextlib.nullcontext()
+
     def add_time(self, stage: str, seconds: float) -> None:
         self.times[stage] += seconds
 
@@ -157,19 +209,25 @@ class Monitor:
     def wall_time(self) -> float:
         return time.perf_counter() - self.start
 
-    def record_episodes(self, episode_return: np.ndarray, finished: np.ndarray, steps: int) -> None:
-        """Add the returns of episodes that finished in a rollout (``[T, B]`` arrays, ``finished`` bool)."""
+    def record_episodes(self, episode_return: np.ndarray, finished: np.ndarray, steps: int,
+                        episode_length: np.ndarray | None = None) -> None:
+        """Add the returns (and lengths, in agent steps) of episodes that finished in a rollout of
+        ``steps`` env steps (``[T, B]`` arrays, ``finished`` bool)."""
         self.env_steps += steps
+        finished = np.asarray(finished)
         # Time-major order: earlier steps first, so the deque keeps the most recent episodes.
-        done_returns = np.asarray(episode_return)[np.asarray(finished)]
+        done_returns = np.asarray(episode_return)[finished]
         self.returns.extend(done_returns.tolist())
+        if episode_length is not None:
+            self.lengths.extend(np.asarray(episode_length)[finished].tolist())
         self.episodes += int(done_returns.size)
 
     def state_dict(self) -> dict:
         """The counters a resumed run continues from (JSON-able): stage times, env steps, episodes, the
         returns window and the wall time so far (seconds)."""
         return {"times": dict(self.times), "env_steps": self.env_steps, "episodes": self.episodes,
-                "returns": list(self.returns), "wall_time_s": self.wall_time}
+                "returns": list(self.returns), "lengths": list(self.lengths), "wall_time_s": self.wall_time,
+                "wandb_id": self.wandb_id}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from :meth:`state_dict`; the wall clock continues from the saved wall time."""
@@ -178,18 +236,30 @@ class Monitor:
         self.episodes = int(state["episodes"])
         self.returns.clear()
         self.returns.extend(state["returns"])
+        self.lengths.clear()
+        self.lengths.extend(state.get("lengths", []))  # checkpoints from before issue 6 have none
+        if self.wandb_id is not None and state.get("wandb_id"):
+            self.wandb_id = state["wandb_id"]
         self.start = time.perf_counter() - float(state["wall_time_s"])
 
     @property
     def return_mean(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
+    @property
+    def length_mean(self) -> float:
+        """Mean length (agent steps) of the recent finished episodes; NaN before the first."""
+        return float(np.mean(self.lengths)) if self.lengths else float("nan")
+
     def log(self, update: int, metrics: dict) -> None:
-        """Write one row to metrics.csv and TensorBoard, and refresh the progress bar."""
+        """Write one row to every sink (module docstring) and refresh the progress bar.
+
+        ``metrics``: [] scalars (floats or arrays) of the loop, added to the row under their own names.
+        """
         wall = self.wall_time
         row = {"update": update, "env_steps": self.env_steps, "wall_time_s": wall,
                "steps_per_s": self.env_steps / max(wall, 1e-9), "return_mean": self.return_mean,
-               "episodes": self.episodes}
+               "length_mean": self.length_mean, "episodes": self.episodes}
         row.update({f"time_{k}_s": v for k, v in self.times.items()})
         row.update({k: float(v) for k, v in metrics.items()})
         if self._csv is None:
@@ -198,10 +268,48 @@ class Monitor:
         self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
         self.rows.append(row)
         self._csv_file.flush()
+        self._jsonl_file.write(json.dumps(_finite_or_none(row), allow_nan=False) + "\n")
+        self._jsonl_file.flush()
         for k, v in row.items():
             if k != "update" and np.isfinite(v):
                 self._writer.add_scalar(k, v, self.env_steps)
+        self._log_wandb(row)
+        self._logs += 1
+        if self._progress is not None and self._logs % self.table_every == 0:
+            self._progress.console.print(self.table(self.rows[-self.table_every:]))
         self.progress()
+
+    def _log_wandb(self, row: dict) -> None:
+        if self._wandb_kwargs is None:
+            return
+        try:
+            if self._wandb is None:
+                import wandb
+
+                self._wandb = wandb.init(**{"name": os.path.basename(os.path.normpath(self.logdir)),
+                                            **self._wandb_kwargs, "dir": self.logdir, "id": self.wandb_id,
+                                            "resume": "allow"})
+            # W&B's own step counter, not env steps: a resumed run re-logs updates after its checkpoint, and
+            # W&B drops steps lower than one already logged; plot against the env_steps field instead.
+            self._wandb.log({k: v for k, v in row.items() if np.isfinite(v)})
+        except Exception as err:  # noqa: BLE001 - W&B (login, network) must never stop training
+            print(f"warning: Weights & Biases failed ({type(err).__name__}: {err}); W&B logging is off for the rest "
+                  f"of this run; metrics.csv, metrics.jsonl and TensorBoard in {self.logdir} are complete",
+                  file=sys.stderr)
+            self._wandb_kwargs, self._wandb = None, None
+
+    @staticmethod
+    def table(rows: list[dict]):
+        """A compact rich Table of ``rows`` (the :data:`TABLE_COLUMNS` they have; NaN shown as '-')."""
+        from rich.table import Table
+
+        columns = [c for c in TABLE_COLUMNS if rows and c[0] in rows[-1]]
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for _, header, _ in columns:
+            table.add_column(header, justify="right")
+        for row in rows:
+            table.add_row(*(fmt.format(row[k]) if np.isfinite(row.get(k, np.nan)) else "-" for k, _, fmt in columns))
+        return table
 
     def log_refresh(self, update: int, divergence: dict) -> None:
         """Log KL(π_learner ‖ π_actor) and agreement at a refresh of the actor's policy (TensorBoard,
@@ -227,6 +335,10 @@ class Monitor:
             self._progress = None
         self._writer.close()
         self._csv_file.close()
+        self._jsonl_file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
 
     def plot(self, title: str) -> str | None:
         """Write ``curves.png`` from the logged rows; returns its path (None if nothing was logged)."""
@@ -292,6 +404,8 @@ def print_summary(summary: dict) -> None:
         "",
     )
     table.add_row("episodes finished", f"{summary['episodes']:,}", "")
+    if summary.get("final_length_mean") is not None:
+        table.add_row("episode length (same episodes, mean)", f"{summary['final_length_mean']:.1f} steps", "")
     table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
     table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")
     table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
@@ -300,6 +414,8 @@ def print_summary(summary: dict) -> None:
     table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
     table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
     table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
+    if summary.get("distill_time_s"):
+        table.add_row("  of which distillation", f"{summary['distill_time_s']:.1f} s", share(summary["distill_time_s"]))
     speedup = summary["actor_policy_speedup"]
     table.add_row(
         f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",
@@ -312,4 +428,11 @@ def print_summary(summary: dict) -> None:
         "n/a" if kl is None or agree is None or not np.isfinite(kl) else f"{kl:.4f} / {100 * agree:.1f}%",
         "",
     )
+    if summary.get("abs_log_rho_mean") is not None:
+        table.add_row(
+            "importance ratios π/μ (last update): mean |log ρ| / ρ > ρ̄ / ρ > c̄",
+            f"{summary['abs_log_rho_mean']:.4f} / {100 * summary['rho_clipped_frac']:.1f}% / "
+            f"{100 * summary['c_clipped_frac']:.1f}%",
+            "",
+        )
     Console().print(table)

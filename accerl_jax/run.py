@@ -24,7 +24,7 @@ from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
-from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence, require_wandb
 from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update, params_digest
 from accerl_jax.signals import signal_name
 
@@ -179,6 +179,8 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     """
     validate(cfg)
     n_proc, pid = jax.process_count(), jax.process_index()
+    if cfg.wandb or cfg.wandb_project:
+        require_wandb()
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     loss_cfg = make_loss_config(cfg)
@@ -241,10 +243,12 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = networks.init_params(spec, k_net)
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, num_updates * loss_cfg.optimizer_steps)
+    optimizer_steps = num_updates * loss_cfg.optimizer_steps
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps)
     # The learner's mesh: all devices of all processes (one process: its local devices).
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
-    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family)
+    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
+                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
     if n_proc > 1:  # the loop keeps process-local state; the update assembles the global batch
         state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
         update = make_global_update(update, mesh)
@@ -288,8 +292,11 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if resume_point is not None:
         checkpoint.trim_metrics(logdir, extra["completed"])
         wall_start -= extra["wall_time_s"]
+    wandb = None
+    if (cfg.wandb or cfg.wandb_project) and pid == 0:
+        wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
-                      append=resume_point is not None)
+                      append=resume_point is not None, wandb=wandb)
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
@@ -361,7 +368,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "inference_time_s": times["inference"],
         "learner_time_s": times["learner"],
         "compress_time_s": times["compress"],
+        "distill_time_s": times["distill"],
         "final_return_mean": monitor.return_mean if monitor.returns else None,
+        "final_length_mean": monitor.length_mean if monitor.lengths else None,
         "return_window": cfg.return_window,
         "returns_averaged": len(monitor.returns),
         "episodes": monitor.episodes,
@@ -372,6 +381,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "actor_param_bytes": networks.param_bytes(actor_params),
         "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
         "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
+        # The last update's importance ratios π/μ (issue 6): mean |log ρ|, fractions with ρ > ρ̄ and ρ > c̄.
+        **{k: float(final[k]) if k in final else None
+           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate")},
         "devices": run.n_dev,
         "num_processes": run.num_processes,
         "process_id": run.process_id,

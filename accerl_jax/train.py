@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     if summary["logdir"] is None:
         print("outputs: written by process 0 only")
     else:
-        print(f"outputs (summary.json, metrics.csv, curves.png, TensorBoard events): {summary['logdir']}")
+        print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): "
+              f"{summary['logdir']}; plot with: python -m accerl_jax.plot {summary['logdir']}")
     if summary["stopped"] == "interrupted":
         print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
               f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume {summary['logdir']}", file=sys.stderr)

@@ -184,7 +184,8 @@ def test_two_device_update_equals_single_device(two_device):
     # The update actually moved the params (the comparison is not between two copies of params0).
     assert max(np.max(np.abs(np.subtract(a, b))) for a, b in zip(p1, p0)) > 1e-4
     m1, m2 = two_device["metrics1"], two_device["metrics2"]
-    assert set(m1) == set(m2) == {"loss", "pg_loss", "value_loss", "entropy", "rho_mean", "vs_mean", "grad_norm"}
+    assert set(m1) == set(m2) == {"loss", "pg_loss", "value_loss", "entropy", "rho_mean", "vs_mean", "grad_norm",
+                                  "abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac"}
     for k in m1:
         np.testing.assert_allclose(m2[k], m1[k], rtol=RTOL, atol=ATOL, err_msg=k)
         assert np.isfinite(m1[k]), k
@@ -308,3 +309,39 @@ def test_vtrace_on_policy_equals_none_and_differs_off_policy(params, batch, sing
     assert abs(float(m_vo["vs_mean"]) - float(m_no["vs_mean"])) > 1e-3
     assert abs(float(m_vo["pg_loss"]) - float(m_no["pg_loss"])) > 1e-4
     assert _max_abs_diff(s_vo.params, s_no.params) > 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. The Monitor's importance-ratio statistics and learning rate, from inside the update (issue 6)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_ratio_statistics_and_learning_rate_match_hand_computation(params, batch):
+    """mean |log ρ|, the fractions with ρ > ρ̄ and ρ > c̄ over valid steps, and the scheduled rate."""
+    cfg = learner.LossConfig(clip_rho_threshold=1.5)  # ρ̄ != c̄ = 1, so the two fractions differ
+    mesh = learner.make_mesh(jax.devices()[:1])
+    schedule = learner.make_schedule(1e-3, 4)
+    opt = learner.make_optimizer(1e-3, 0.5, 4)
+    update = learner.make_update(APPLY, opt, cfg, mesh, learning_rate=schedule)
+    # Behaviour log-probs spread so that some ratios fall below 1, some in (1, 1.5], some above 1.5.
+    rng = np.random.default_rng(3)
+    batch = batch._replace(log_prob=jnp.asarray(np.log(rng.uniform(0.05, 0.95, size=(T, B))), jnp.float32))
+    logits = np.asarray(APPLY(params, batch.obs)[0], np.float64)
+    log_pi_all = logits - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)
+    log_pi = np.take_along_axis(log_pi_all, np.asarray(batch.action)[..., None], -1)[..., 0]
+    log_rho = log_pi - np.asarray(batch.log_prob, np.float64)
+    valid = np.asarray(batch.valid)
+    rho = np.exp(log_rho[valid])
+    expected = {"abs_log_rho_mean": np.mean(np.abs(log_rho[valid])), "rho_clipped_frac": np.mean(rho > 1.5),
+                "c_clipped_frac": np.mean(rho > 1.0)}
+    assert 0 < expected["rho_clipped_frac"] < expected["c_clipped_frac"] < 1, expected  # a meaningful fixture
+    # Invalid steps are left out: counting them would change every statistic.
+    assert abs(np.mean(np.exp(log_rho) > 1.0) - expected["c_clipped_frac"]) > 1e-3
+    state, metrics = update(learner.init_state(params, opt, mesh), batch)
+    for k, v in expected.items():
+        np.testing.assert_allclose(float(metrics[k]), v, rtol=1e-5, atol=1e-6, err_msg=k)
+    # The rate each step used: 1e-3 at step 0, then linearly down (1e-3 * (1 - 1/4) at step 1).
+    np.testing.assert_allclose(float(metrics["learning_rate"]), 1e-3, rtol=1e-6)
+    _, metrics = update(state, batch)
+    np.testing.assert_allclose(float(metrics["learning_rate"]), 0.75e-3, rtol=1e-6)

@@ -111,6 +111,8 @@ def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypat
     assert_same_leaves(checkpoint.read_leaves(str(logdir), UPDATES), ref_leaves)  # bitwise, every array
     updates = [int(r["update"]) for r in metric_rows(logdir)]
     assert updates == sorted({2, stop_at, 4, 6, 8})  # appended, no update twice
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        assert [json.loads(line)["update"] for line in f] == updates  # the JSONL sink continues the same way
     assert float(metric_rows(logdir)[-1]["env_steps"]) == 8 * 8 * UPDATES
 
 

@@ -15,6 +15,9 @@ A chain must go: one network-changing stage (``distill:<student>`` or ``prune:<f
 ``prune:0.5+int8``, ``mask:0.9+fakequant:8``, ``distill:small+bf16``. Anything else (a quantizer
 before pruning or distillation, two quantizers such as ``bf16+int8``) is rejected with a message
 naming the chain and the rule.
+
+:func:`register_compressor` adds a kind of one's own (e.g. from a notebook), which ``--compressor``
+then accepts like a built-in one (notebooks/custom_compressor.ipynb).
 """
 from __future__ import annotations
 
@@ -44,6 +47,37 @@ _ORDER_RULE = (
 # Rank of each kind in a chain: ranks must strictly increase along the chain.
 _RANK = {"distill": 0, "prune": 0, "finetune": 1, "mask": 2, "fakequant": 3, "int8": 3, "bf16": 3}
 QUANTIZERS = ("fakequant", "int8", "bf16")
+# Kinds added by register_compressor: kind -> (factory(network, teacher_apply, arg) -> Compressor, rank).
+_REGISTERED: dict = {}
+
+
+def register_compressor(kind: str, factory, *, rank: int = _RANK["fakequant"]) -> None:
+    """Make ``--compressor <kind>[:<arg>]`` build ``factory(network, teacher_apply, arg)``.
+
+    Args:
+      kind: the new stage's name (letters, digits, ``_``, ``-``; not a built-in kind); its state is keyed by it.
+      factory: ``(network: NetworkSpec, teacher_apply: ApplyFn, arg: str) -> Compressor``; ``network`` is the
+        spec of the network whose params the stage receives (the student's after ``distill:<student>``),
+        ``arg`` the text after ``:`` ('' if none). A ValueError it raises becomes a ``--compressor`` error.
+      rank: its place in a chain (ranks strictly increase along a chain): 0 network-changing, 2 mask,
+        3 (default) last, like a quantizer.
+
+    Raises:
+      ValueError: for a built-in or malformed ``kind``.
+    """
+    if kind in _RANK or kind == "none" or not kind.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"cannot register compressor kind {kind!r}: it must be a new name of letters, digits, "
+                         f"'_' or '-', not one of {', '.join(['none', *_RANK])}")
+    _REGISTERED[kind] = (factory, rank)
+
+
+def unregister_compressor(kind: str) -> None:
+    """Remove a kind added by :func:`register_compressor` (no error if absent)."""
+    _REGISTERED.pop(kind, None)
+
+
+def _rank(role: str) -> int:
+    return _RANK[role] if role in _RANK else _REGISTERED[role][1]
 
 
 def _parse_number(kind: str, arg: str, cast):
@@ -109,9 +143,9 @@ def make_compressor(
         if kind == "none":
             raise ValueError(f"bad --compressor {spec!r}: 'none' stands alone (no compression) and cannot be "
                              f"chained; drop it, e.g. {'+'.join(p for p in parts if p != 'none') or 'none'!r}")
-        if kind not in _RANK:
+        if kind not in _RANK and kind not in _REGISTERED:
             raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED}")
-        if i and _RANK[roles[i]] <= _RANK[roles[i - 1]]:
+        if i and _rank(roles[i]) <= _rank(roles[i - 1]):
             raise ValueError(f"bad --compressor {spec!r}: {part!r} cannot follow {parts[i - 1]!r}; {_ORDER_RULE}")
 
     if distill_async and "distill" not in kinds:
@@ -124,6 +158,9 @@ def make_compressor(
         _, sep, arg = part.partition(":")
         if role == "finetune":
             continue  # built together with its prune stage below
+        if kind in _REGISTERED:
+            stages.append((kind, stage(_REGISTERED[kind][0], current, teacher_apply, arg)))
+            continue
         if kind not in ("int8", "bf16", "distill") and (not sep or not arg):
             raise ValueError(f"bad --compressor {spec!r} at {part!r}: missing value; {_EXPECTED}")
         if kind == "mask":
@@ -188,7 +225,8 @@ def _make_mask(arg: str) -> Compressor:
 
 
 __all__ = [
-    "Compressor", "chain", "identity", "make_compressor", "KINDS", "QUANTIZERS",
+    "Compressor", "chain", "identity", "make_compressor", "register_compressor", "unregister_compressor", "KINDS",
+    "QUANTIZERS",
     "mask", "MaskState", "magnitude_mask", "gradual_sparsity", "mask_updates",
     "prune", "PruneState", "prune_params", "pruned_widths",
     "fakequant", "FakeQuantState", "fake_quantize",

@@ -47,6 +47,9 @@ def identity() -> Compressor:
 def chain(*named: tuple[str, Compressor]) -> Compressor:
     """Compose ``(name, compressor)`` pairs, applied left to right; state is a dict keyed by name.
 
+    The chain's ``compress`` also takes an optional keyword ``timer``: ``timer(name)`` returns a context
+    manager entered around stage ``name``, which is blocked on before it exits (per-stage wall time).
+
     Raises:
       ValueError: if two stages share a name.
     """
@@ -62,10 +65,16 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
             params, state[name] = c.init(params, k) if obs is None else c.init(params, k, obs)
         return params, state
 
-    def compress(params, state, obs):
+    def compress(params, state, obs, *, timer=None):
+        # timer(name): a context manager around each stage, which is then blocked on inside it, so that
+        # the Monitor can time a stage (distillation) apart from the rest; None: no blocking.
         new_state = {}
         for name, c in named:
-            params, new_state[name] = c.compress(params, state[name], obs)
+            if timer is None:
+                params, new_state[name] = c.compress(params, state[name], obs)
+            else:
+                with timer(name):
+                    params, new_state[name] = jax.block_until_ready(c.compress(params, state[name], obs))
         return params, new_state
 
     def actor_apply(apply):

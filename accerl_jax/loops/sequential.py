@@ -7,6 +7,8 @@ is fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuar
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 import time
 
 import jax
@@ -54,6 +56,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
         held = rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
         # The divergence of the policy the actor runs next (stale by --policy-lag updates) from the learner's.
         metrics = dict(metrics, **divergence(learner_logits(state.params, held), actor_logits(lagged[0], held)))
+        metrics["policy_lag_versions"] = lag
         if info.jittable:
             env_calibration.append(actor.time_env_only(carry))
             # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
@@ -80,6 +83,11 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                                      maxlen=cfg.policy_lag + 1)
         # The last completed update's state: what a checkpoint saves, even if a later update is abandoned.
         snapshot = checkpoint.TrainState(state, tuple(lagged), comp_state, checkpoint.host_key_only(carry, info.jittable))
+        compress = compressor.compress
+        if isinstance(comp_state, dict) and "distill" in comp_state and "timer" in inspect.signature(compress).parameters:
+            # Distillation's own seconds (the "distill" stage); the chain then blocks after each stage.
+            compress = functools.partial(compress, timer=monitor.compressor_stage_time)
+        lag = 0
         for it in range(start_update + 1, num_updates + 1):
             with monitor.time("actor"):
                 carry, rollout, actor_times = actor.rollout(lagged[0], carry)
@@ -96,7 +104,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             previous = actor_params
             if it % cfg.compress_every == 0:
                 with monitor.time("compress"):
-                    actor_params, comp_state = compressor.compress(state.params, comp_state, obs_flat)
+                    actor_params, comp_state = compress(state.params, comp_state, obs_flat)
                     jax.block_until_ready(actor_params)
                 versions.append(it)
             else:
@@ -110,7 +118,8 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                 held = obs_flat[:REFRESH_SAMPLES]
                 monitor.log_refresh(it, divergence(learner_logits(state.params, held), actor_logits(actor_params, held)))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
-            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
+            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update,
+                                    episode_length=np.asarray(rollout.episode_length))
             completed = it
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
             if bad is None:

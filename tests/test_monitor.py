@@ -1,0 +1,224 @@
+"""The Monitor's metrics and sinks, W&B on request, and ``python -m accerl_jax.plot`` (issue 6).
+
+Two tiny CartPole runs (seeds 0 and 1, ``--policy-lag 1``, the default distillation compressor; the
+first with a stand-in ``wandb`` module) are shared by the tests that need a real run.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from accerl_jax import checkpoint, loop, plot, train
+from accerl_jax.config import Config, ConfigError
+from accerl_jax.monitor import Monitor, require_wandb
+
+UPDATES = 6
+NEW_METRICS = ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate", "grad_norm", "loss",
+               "policy_lag_versions", "length_mean", "kl_learner_actor", "action_agreement", "time_distill_s")
+
+
+def tiny(logdir, **kw) -> Config:
+    return Config(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, logdir=str(logdir),
+                  progress=False, **kw)
+
+
+class FakeWandb:
+    """A stand-in ``wandb`` module recording ``init`` arguments and logged rows."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def module(self):
+        mod = types.ModuleType("wandb")
+        mod.init = self.init
+        return mod
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        return types.SimpleNamespace(log=self.logged.append, finish=self.finish)
+
+    def finish(self):
+        self.finished += 1
+
+
+def read_csv(logdir) -> list[dict]:
+    with open(os.path.join(logdir, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def read_jsonl(logdir) -> list[dict]:
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two tiny runs differing only by seed; the first logs to a stand-in W&B."""
+    root = tmp_path_factory.mktemp("monitor")
+    fake = FakeWandb()
+    saved = sys.modules.get("wandb")
+    sys.modules["wandb"] = fake.module()
+    try:
+        first = loop.train(tiny(root / "s0", policy_lag=1, wandb_project="p6"))
+    finally:
+        if saved is None:
+            sys.modules.pop("wandb")
+        else:
+            sys.modules["wandb"] = saved
+    second = loop.train(tiny(root / "s1", policy_lag=1, seed=1))
+    return root, (first, second), fake
+
+
+def test_every_run_logs_the_issue_6_metrics(runs):
+    root, (summary, _), _ = runs
+    rows = read_csv(root / "s0")
+    assert [int(r["update"]) for r in rows] == [2, 4, 6]
+    for key in NEW_METRICS:
+        assert key in rows[0], key
+        assert all(math.isfinite(float(r[key])) for r in rows), key
+    # --policy-lag 1: every logged update trained on a rollout of the policy one learner version old.
+    assert {float(r["policy_lag_versions"]) for r in rows} == {1.0}
+    lr = [float(r["learning_rate"]) for r in rows]
+    assert lr[0] > lr[1] > lr[2] > 0  # annealed linearly to 0 over the 6 updates: 1e-3 * (1 - (u - 1) / 6)
+    np.testing.assert_allclose(lr, [1e-3 * (1 - (u - 1) / UPDATES) for u in (2, 4, 6)], rtol=1e-5)
+    for r in rows:
+        assert 0 <= float(r["rho_clipped_frac"]) <= float(r["c_clipped_frac"]) <= 1  # ρ̄ = c̄ = 1 here: equal
+        assert 0 < float(r["time_distill_s"]) <= float(r["time_compress_s"])  # distillation is part of compression
+        assert float(r["length_mean"]) >= 1
+    for key in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate", "distill_time_s",
+                "final_length_mean"):
+        assert summary[key] is not None and math.isfinite(summary[key]), key
+    # CartPole's reward is 1 per step: the mean return of the recent episodes is their mean length.
+    assert summary["final_length_mean"] == pytest.approx(summary["final_return_mean"])
+
+
+def test_jsonl_has_the_csv_rows(runs):
+    root, _, _ = runs
+    rows, lines = read_csv(root / "s1"), read_jsonl(root / "s1")
+    assert len(rows) == len(lines) == 3
+    for row, line in zip(rows, lines):
+        assert set(line) == set(row)
+        for k, v in row.items():
+            assert line[k] == pytest.approx(float(v), rel=1e-12), k
+
+
+def test_wandb_gets_every_row_and_is_named_after_the_run(runs):
+    root, _, fake = runs
+    assert len(fake.inits) == 1 and fake.finished == 1
+    init = fake.inits[0]
+    assert init["project"] == "p6" and init["dir"] == str(root / "s0") and init["name"] == "s0"
+    assert init["config"]["seed"] == 0 and init["resume"] == "allow" and init["id"]
+    assert [row["update"] for row in fake.logged] == [2, 4, 6]
+    assert fake.logged[-1]["abs_log_rho_mean"] == pytest.approx(float(read_csv(root / "s0")[-1]["abs_log_rho_mean"]))
+
+
+def test_wandb_missing_is_a_config_error_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(ConfigError, match="pip install wandb"):
+        require_wandb()
+    logdir = tmp_path / "run"
+    assert train.main(["--wandb", "--logdir", str(logdir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: bad --wandb") and "pip install wandb" in err and "Traceback" not in err
+    assert not logdir.exists()
+
+
+def test_wandb_id_survives_a_resume(tmp_path, monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake.module())
+    first = Monitor(str(tmp_path), 100, progress=False, wandb={"project": "p"})
+    first.log(1, {"loss": 1.0})
+    saved = first.state_dict()
+    first.close()
+    again = Monitor(str(tmp_path), 100, progress=False, append=True, wandb={"project": "p"})
+    again.load_state_dict(saved)
+    again.log(2, {"loss": 0.5})
+    again.close()
+    assert fake.inits[0]["id"] == fake.inits[1]["id"] == saved["wandb_id"]
+    assert [r["update"] for r in read_jsonl(tmp_path)] == [1, 2]
+
+
+def test_console_table_every_n_logs(tmp_path, capsys):
+    monitor = Monitor(str(tmp_path), 100, progress=True, table_every=2)
+    for update in range(1, 6):
+        monitor.log(update, {"loss": 0.1 * update, "abs_log_rho_mean": float("nan")})
+    monitor.close()
+    out = capsys.readouterr().out
+    assert out.count("|log ρ|") == 2  # logs 2 and 4 print a table; 5 does not
+    quiet = Monitor(str(tmp_path / "quiet"), 100, progress=False, table_every=1)
+    quiet.log(1, {"loss": 1.0})
+    quiet.close()
+    assert "|log ρ|" not in capsys.readouterr().out
+
+
+def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):
+    monitor = Monitor(str(tmp_path), 100, progress=False)
+    for update in (2, 4, 6):
+        monitor.log(update, {"loss": float(update)})
+    monitor.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"update": 8, "lo')  # a row cut short by a crash
+    checkpoint.trim_metrics(str(tmp_path), 4)
+    assert [int(r["update"]) for r in read_csv(tmp_path)] == [2, 4]
+    assert [r["update"] for r in read_jsonl(tmp_path)] == [2, 4]
+
+
+def test_plot_two_runs_grouped_over_seeds(runs, tmp_path):
+    root, _, _ = runs
+    paths = plot.plot_runs([str(root / "s0"), str(root / "s1")], str(tmp_path / "out"))
+    assert [os.path.basename(p) for p in paths] == ["returns.png", "time_breakdown.png", "divergence.png"]
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    groups = plot.group_runs([plot.load_run(str(root / "s0")), plot.load_run(str(root / "s1"))])
+    assert len(groups) == 1 and len(groups[0][1]) == 2 and "2 seeds" in groups[0][0]
+    # A run with another compressor is its own group, labelled by the setting that differs.
+    other = tmp_path / "other"
+    shutil.copytree(root / "s1", other, ignore=shutil.ignore_patterns("checkpoints"))
+    with open(other / "summary.json") as f:
+        summary = json.load(f)
+    summary["config"]["compressor"] = "none"
+    with open(other / "summary.json", "w") as f:
+        json.dump(summary, f)
+    runs3 = [plot.load_run(str(p)) for p in (root / "s0", other, root / "s1")]
+    labels = [label for label, _ in plot.group_runs(runs3)]
+    assert labels == ["compressor=distill:small (2 seeds)", "compressor=none"]
+    # The seed band: mean and min-max of the two seeds' returns at their common env steps.
+    x, mean, lo, hi = plot.seed_band(runs3[::2], "env_steps")
+    r0, r1 = (runs3[i].get("return_mean") for i in (0, 2))
+    np.testing.assert_allclose(mean[[0, -1]], [(r0[0] + r1[0]) / 2, (r0[-1] + r1[-1]) / 2])
+    assert np.all(lo <= mean) and np.all(mean <= hi)
+
+
+def test_plot_cli_errors_exit_2_with_one_line(tmp_path, capsys):
+    assert plot.main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such folder" in err and str(tmp_path / "missing") in err
+    assert plot.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no metrics.csv" in err
+    with pytest.raises(SystemExit) as exc:
+        plot.main(["--help"])
+    assert exc.value.code == 0 and "RUN_DIR" in capsys.readouterr().out
+
+
+def test_wandb_failure_warns_and_training_logs_go_on(tmp_path, monkeypatch, capsys):
+    def init(**kwargs):
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    monitor = Monitor(str(tmp_path), 100, progress=False, wandb={"project": "p"})
+    monitor.log(1, {"loss": 1.0})
+    monitor.log(2, {"loss": 0.5})
+    monitor.close()
+    err = capsys.readouterr().err
+    assert err.count("W&B logging is off") == 1 and "api_key not configured" in err
+    assert [r["update"] for r in read_jsonl(tmp_path)] == [1, 2]
