@@ -78,11 +78,17 @@ def test_triggers_clipping_divergence_and_periodic():
     # Not a check update (3 % 2), nothing due: no evaluation.
     assert comp.adapt(3, PARAMS, state, actor_params, _rollout())[2] is None
     # Check update, on-policy rollout: KL 0 and no ρ clipped -> no evaluation.
-    assert comp.adapt(2, PARAMS, state, actor_params, _rollout())[2] is None
+    assert comp.adapt(4, PARAMS, state, actor_params, _rollout())[2] is None
     # Behaviour log-probs lower by 0.5: every ρ = e^0.5 > 1.1 -> the clipping trigger.
-    _, _, d = comp.adapt(2, PARAMS, state, actor_params, _rollout(-0.5))
     assert np.exp(0.5) > CLIP_MARGIN
+    assert comp.adapt(2, PARAMS, state, actor_params, _rollout(-0.5))[2] is None  # within the cooldown (2)
+    _, kept_state, d = comp.adapt(4, PARAMS, state, actor_params, _rollout(-0.5))
     assert d["trigger"] == "clipping" and d["measured"]["clip_fraction_margin"] == 1.0 and "of rho above" in d["reason"]
+    # The choice stood: the next trigger waits twice as long (4 updates), while ρ stays clipped.
+    assert not d["switched"] and int(kept_state.cooldown) == 4 and d["next_trigger_cooldown"] == 4
+    assert comp.adapt(6, PARAMS, kept_state, actor_params, _rollout(-0.5))[2] is None
+    d = comp.adapt(8, PARAMS, kept_state, actor_params, _rollout(-0.5))[2]
+    assert d["trigger"] == "clipping" and d["next_trigger_cooldown"] == 5  # doubled, capped at `every`
     # Every `every` (5) updates since the last evaluation (update 1): periodic.
     assert comp.adapt(6, PARAMS, state, actor_params, _rollout())[2]["trigger"] == "periodic"
     # Running a student whose KL exceeds the bound: the divergence trigger switches back to `none`.
@@ -91,7 +97,7 @@ def test_triggers_clipping_divergence_and_periodic():
     params, new_state, d = comp.adapt(4, PARAMS, student_state, student_params, _rollout())
     assert d["trigger"] == "divergence" and d["previous"] == "distill:tiny" and d["chosen"] == "none"
     assert d["switched"] and list(params) == ["none"] and int(new_state.last_evaluation) == 4
-    assert [x["trigger"] for x in comp.decisions] == ["initial", "clipping", "periodic", "divergence"]
+    assert [x["trigger"] for x in comp.decisions] == ["initial", "clipping", "clipping", "periodic", "divergence"]
 
 
 def test_candidate_list_errors():

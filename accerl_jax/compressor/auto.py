@@ -24,7 +24,11 @@ fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) clipped at ρ̄
 being the learner parameters that computed the update; an evaluation starts when that KL exceeds
 ``max_kl`` (trigger ``divergence``), the fraction of ρ above ρ̄ · :data:`CLIP_MARGIN` exceeds
 ``max_clip_fraction`` (``clipping``), ``every``
-updates have passed since the last one (``periodic``), or none has run yet (``initial``). Each
+updates have passed since the last one (``periodic``), or none has run yet (``initial``). A trigger
+fires only once ``cooldown`` updates have passed since the last evaluation: ``check_every`` at first and
+after a switch, doubled (up to ``every``) each time a triggered evaluation keeps the running candidate --
+on CartPole the clipping trigger otherwise fired at nearly every check while the choice stood, and the
+evaluations made an auto run 2.5x slower than ``none`` (318 s against 126 s, measured here). Each
 evaluation returns a *decision* (a dict: trigger, chosen and previous candidate, whether it switched, a
 one-line ``reason``, and every candidate's measurements), which the loop hands to the Monitor.
 
@@ -57,6 +61,7 @@ TRIGGERS = ("initial", "divergence", "clipping", "periodic")
 class AutoState(NamedTuple):
     current: jax.Array  # [] int32, index of the running candidate in AutoCompressor.candidates
     last_evaluation: jax.Array  # [] int32, learner update of the last evaluation (-1: none yet)
+    cooldown: jax.Array  # [] int32, updates after the last evaluation before a trigger may start another
     states: dict  # candidate key -> that candidate's compressor state (every candidate, kept between evaluations)
 
 
@@ -146,7 +151,7 @@ class AutoCompressor:
             p, states[k] = c.init(params, sub) if obs is None else c.init(params, sub, obs)
             if i == 0:
                 first = p
-        return {self.keys[0]: first}, AutoState(jnp.int32(0), jnp.int32(-1), states)
+        return {self.keys[0]: first}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
 
     def compress(self, params, state: AutoState, obs):
         """The running candidate's ``compress``; the other candidates' states are left as they are."""
@@ -187,7 +192,7 @@ class AutoCompressor:
             trigger = "initial"
         elif update - last >= self.every:
             trigger = "periodic"
-        elif update % self.check_every == 0:
+        elif update % self.check_every == 0 and update - last >= int(state.cooldown):
             obs = rollout.obs.reshape((-1,) + rollout.obs.shape[2:])[: self.samples]
             i = int(state.current)
             div = self.divergence(self._learner_logits(params, obs), self._logits[i](actor_params[self.keys[i]], obs))
@@ -258,7 +263,13 @@ class AutoCompressor:
             "max_actor_kl": self.max_kl, "measured": measured, "candidates": rows,
         }
         self.decisions.append(decision)
-        new_state = AutoState(jnp.int32(j), jnp.int32(update), states)
+        cooldown = int(state.cooldown)
+        if switched:
+            cooldown = self.check_every
+        elif trigger in ("divergence", "clipping"):  # the trigger fired but the choice stood: back off
+            cooldown = min(2 * cooldown, self.every)
+        decision["next_trigger_cooldown"] = cooldown
+        new_state = AutoState(jnp.int32(j), jnp.int32(update), jnp.int32(cooldown), states)
         return {self.keys[j]: fresh[j]}, new_state, decision
 
     def _time(self, params, fresh, obs_seq) -> None:
