@@ -5,9 +5,10 @@ only with ``--with-pong``, actor-time table only), with the uncompressed baselin
 
 1. **Actor-time table**: actor time per environment step (env stepping + policy inference) of each
    compression method and its reduction factor against ``none`` in its fastest XLA configuration,
-   measured by ``experiments/actor_time.py`` (imported and called, one process per table; its own JSON,
-   markdown and bar chart are written beside this report). Fidelity (KL, agreement) is on a teacher
-   trained by that script for ``train_steps`` steps.
+   measured by ``experiments/actor_time.py`` (imported and called; its own JSON, markdown and bar chart
+   are written beside this report). Fidelity (KL, agreement) is measured on the teacher: the training
+   table's baseline run (seed 0), or, for an env without a training table (Pong), a policy that script
+   trains for ``teacher_steps`` steps.
 2. **Training-time table**: for the baseline, each method and ``auto``, over ``--seeds`` seeds, each run
    the real trainer (:func:`accerl_jax.loop.train`, in this process, runs interleaved seed by seed so
    machine noise is shared): the wall time to the first ``metrics.csv`` row whose ``return_mean`` (mean of
@@ -115,16 +116,35 @@ def time_to_target(curve: list[dict], target: float) -> float | None:
     return None
 
 
-def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool) -> dict:
-    """One training run; returns its final return, wall time, time to target and (thinned) curve."""
+def save_teacher(params, info: dict, path: str) -> None:
+    """Save learner ``params`` (orbax) where ``experiments/actor_time.py --checkpoint`` restores them, with
+    ``info`` (the run's steps and return) beside them as ``<path>.json``."""
+    import orbax.checkpoint as ocp
+
+    ckpt = ocp.StandardCheckpointer()
+    ckpt.save(os.path.abspath(path), params)
+    ckpt.wait_until_finished()
+    atomic_write_json(path.rstrip("/") + ".json", info)
+
+
+def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool, teacher_path: str | None = None) -> dict:
+    """One training run; returns its final return, wall time, time to target and (thinned) curve.
+
+    With ``teacher_path``, the trained learner parameters are saved there (:func:`save_teacher`).
+    """
     extra = {}
     if method == "auto" and quick:
         extra = {"auto_candidates": QUICK_AUTO_CANDIDATES, "auto_every": 50}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(env=setup.env, compressor=method, total_steps=steps, seed=seed, log_every=5, progress=False,
                      logdir=os.path.join(tmp, "run"), checkpoint_every=0, **setup.train, **extra)
-        summary = train(cfg)
+        final: dict = {}
+        summary = train(cfg, trained=final if teacher_path else None)
         curve = read_curve(cfg.logdir)
+    if teacher_path:
+        save_teacher(final["learner_params"], {
+            "source": f"the training table's {method} run, seed {seed}", "total_env_steps": summary["total_env_steps"],
+            "final_return_mean": summary["final_return_mean"], "num_envs": summary["num_envs"]}, teacher_path)
     ttt = time_to_target(curve, setup.target)
     keep = max(1, len(curve) // 100)
     run = {
@@ -175,13 +195,16 @@ def compare(table: dict) -> None:
 
 
 def actor_table(name: str, setup: EnvSetup, out_dir: str, quick: bool, methods: str,
-                teacher_steps: int | None = None) -> dict:
-    """Run experiments/actor_time.py for one env and keep what the table needs."""
+                teacher_steps: int | None = None, teacher: str | None = None) -> dict:
+    """Run experiments/actor_time.py for one env and keep what the table needs. ``teacher``: an orbax
+    folder of trained learner params (the training table's baseline); else actor_time.py trains one."""
     suffix = "_quick" if quick else ""
     path = os.path.join(out_dir, f"actor_time_{name}{suffix}.json")
     teacher_steps = teacher_steps or (setup.quick_teacher_steps if quick else setup.teacher_steps)
     argv = ["--env", setup.env, "--num-envs", str(setup.quick_actor_envs if quick else setup.actor_envs),
             "--methods", methods, "--out", path, "--train-steps", str(teacher_steps)]
+    if teacher:
+        argv += ["--checkpoint", teacher]
     if quick:
         argv += ["--distill-steps", "200", "--fit-rollouts", "2", "--fit-samples", "2048", "--held-samples", "1024",
                  "--rounds", "2", "--repeats", "2", "--rollout-length", "8"]
@@ -392,13 +415,19 @@ def main(argv=None) -> dict:
         with open(os.path.join(out_dir, f"paper_tables{suffix}.md"), "w") as f:
             f.write(markdown(result))
 
+    # The training table's baseline (seed 0) is the actor-time table's teacher: a policy trained at the full budget.
+    teachers = tempfile.mkdtemp(prefix="paper_tables_teachers_")
+    trained_teachers: dict = {}
     for name in args.envs:
         setup = ENVS[name]
         steps = args.steps or (setup.quick_steps if args.quick else setup.steps)
         runs: dict = {m: [] for m in methods}
         for seed in range(args.seeds):
             for m in methods:
-                runs[m].append(train_one(setup, m, seed, steps, args.quick))
+                keep = None if args.skip_actor_time or (m, seed) != ("none", 0) else os.path.join(teachers, name)
+                runs[m].append(train_one(setup, m, seed, steps, args.quick, keep))
+                if keep:
+                    trained_teachers[name] = keep
                 r = runs[m][-1]
                 print(f"[{time.perf_counter() - t0:6.0f}s] {setup.env} {m} seed {seed}: return "
                       f"{_fmt(r['final_return'], '.1f')}, wall {r['wall_time_s']:.1f} s, to target "
@@ -412,7 +441,8 @@ def main(argv=None) -> dict:
     for name in list(args.envs) + (["pong"] if args.with_pong else []):
         setup = ENVS[name]
         if not args.skip_actor_time:
-            result["actor_time"][name] = actor_table(name, setup, out_dir, args.quick, actor_methods, args.teacher_steps)
+            result["actor_time"][name] = actor_table(name, setup, out_dir, args.quick, actor_methods, args.teacher_steps,
+                                                     trained_teachers.get(name))
             print(f"[{time.perf_counter() - t0:6.0f}s] actor-time table of {setup.env} done", flush=True)
             save()
     save()

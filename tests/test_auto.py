@@ -24,10 +24,17 @@ PARAMS = networks.init_params(SPEC, jax.random.PRNGKey(0))
 OBS = jax.random.normal(jax.random.PRNGKey(1), (T, B, 4))
 
 
-def _make(candidates="none,distill:tiny", **kw):
-    kw = {"every": 5, "check_every": 2, "warmup": 1, "rounds": 1, **kw}
-    return auto(candidates, SPEC, APPLY, lambda s: make_compressor(s, SPEC, APPLY, distill_steps=2),
-                divergence=policy_divergence, forward_timer=speed.forward_timer, **kw)
+@pytest.fixture(scope="module")
+def shared():
+    """One AutoCompressor for the unit tests (its jitted functions compile once); each test sets its bounds."""
+    return auto("none,distill:tiny,int8", SPEC, APPLY, lambda s: make_compressor(s, SPEC, APPLY, distill_steps=2),
+                divergence=policy_divergence, forward_timer=speed.forward_timer, max_kl=1.0, every=5,
+                check_every=2, warmup=1, rounds=1)
+
+
+def _with(comp, max_kl, max_clip_fraction=0.2):
+    comp.max_kl, comp.max_clip_fraction, comp.decisions = max_kl, max_clip_fraction, []
+    return comp
 
 
 def _rollout(log_prob_shift: float = 0.0) -> Rollout:
@@ -46,8 +53,8 @@ def _first_decision(comp):
     return comp.adapt(1, PARAMS, state, actor_params, _rollout())
 
 
-def test_tiny_bound_picks_the_uncompressed_policy():
-    comp = _make(max_kl=1e-12)
+def test_tiny_bound_picks_the_uncompressed_policy(shared):
+    comp = _with(shared, max_kl=1e-12)
     actor_params, state, decision = _first_decision(comp)
     assert decision["trigger"] == "initial" and decision["chosen"] == "none"
     assert decision["candidates"]["none"]["kl"] == 0.0
@@ -56,8 +63,8 @@ def test_tiny_bound_picks_the_uncompressed_policy():
     assert list(actor_params) == [candidate_key("none")]
 
 
-def test_huge_bound_picks_the_fastest_measured():
-    comp = _make("none,distill:tiny,int8", max_kl=1e9)
+def test_huge_bound_picks_the_fastest_measured(shared):
+    comp = _with(shared, max_kl=1e9)
     actor_params, state, decision = _first_decision(comp)
     rows = decision["candidates"]
     fastest = min(rows, key=lambda s: rows[s]["forward_s"])
@@ -71,8 +78,8 @@ def test_huge_bound_picks_the_fastest_measured():
                                comp.candidates[i].actor_apply(APPLY)(actor_params[candidate_key(fastest)], OBS[0])[0])
 
 
-def test_triggers_clipping_divergence_and_periodic():
-    comp = _make(max_kl=1e-12, max_clip_fraction=0.5)
+def test_triggers_clipping_divergence_and_periodic(shared):
+    comp = _with(shared, max_kl=1e-12, max_clip_fraction=0.5)
     actor_params, state, decision = _first_decision(comp)
     assert comp.running(state) == "none"
     # Not a check update (3 % 2), nothing due: no evaluation.
