@@ -26,7 +26,19 @@ class Config:
     fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
     global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',
     'fakequant:<bits 2-8>'. Chain with '+': network stage, then mask, then one quantizer, e.g.
-    'distill:small+int8', 'prune:0.5+int8', 'mask:0.9+fakequant:8'."""
+    'distill:small+int8', 'prune:0.5+int8', 'mask:0.9+fakequant:8'. 'auto': choose among
+    --auto-candidates while training, the fastest whose KL from the learner stays <= --max-actor-kl."""
+    max_actor_kl: float = 0.05
+    """--compressor auto: the bound on KL(π_learner ‖ π_actor) in nats; auto runs the fastest candidate
+    measured under it (the most faithful if none is), and re-evaluates when the running one exceeds it."""
+    auto_candidates: str = "none,int8,distill:tiny,distill:small,distill:small+int8,prune:0.5+distill"
+    """--compressor auto: the candidate compressors, comma-separated --compressor specs; the first runs
+    until the first evaluation (after update 1)."""
+    auto_every: int = 100
+    """--compressor auto: re-evaluate every candidate at least every this many learner updates."""
+    auto_max_clip: float = 0.2
+    """--compressor auto: re-evaluate when more than this fraction of the rollout's importance ratios ρ
+    exceed 1.1 × --clip-rho-threshold (checked every 10 updates, with the running policy's KL)."""
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
@@ -196,6 +208,9 @@ def validate(cfg: Config) -> None:
         ("return_window", 0 < cfg.return_window <= 10_000_000, "an integer in [1, 10^7]"),
         ("checkpoint_every", 0 <= cfg.checkpoint_every <= big, "an integer in [0, 2^31) (0 = only at the end)"),
         ("keep_checkpoints", 0 < cfg.keep_checkpoints <= 10_000, "an integer in [1, 10000]"),
+        ("max_actor_kl", cfg.max_actor_kl > 0, "a positive number (nats)"),
+        ("auto_every", 0 < cfg.auto_every <= big, "an integer in [1, 2^31)"),
+        ("auto_max_clip", 0.0 <= cfg.auto_max_clip <= 1.0, "a fraction in [0, 1]"),
         ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
         ("actor_threads", 0 < cfg.actor_threads <= 64, "an integer in [1, 64]"),
         ("actor_batch", 0 <= cfg.actor_batch <= 65536, "an integer in [0, 65536] (0: half of each thread's envs)"),

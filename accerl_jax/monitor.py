@@ -36,7 +36,7 @@ from accerl_jax.config import ConfigError
 # host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
 # compression of the actor's policy (of which distillation). Loops add to the stages they have.
 STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
-RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png")  # with TensorBoard's events.out.*
+RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png", "decisions.jsonl")  # with TensorBoard's events.out.*
 TABLE_EVERY = 10  # the console table of the latest rows is printed every this many logs (with the progress bar)
 # The console table's columns: (row key, header, format); those a run does not log are left out.
 TABLE_COLUMNS = (
@@ -318,6 +318,27 @@ class Monitor:
         for k, v in divergence.items():
             self._writer.add_scalar(f"refresh/{k}", float(v), self.env_steps)
         self._writer.add_scalar("refresh/update", update, self.env_steps)
+
+    def log_decision(self, decision: dict) -> None:
+        """Record a ``--compressor auto`` decision (:mod:`accerl_jax.compressor.auto`): one JSON line in
+        ``decisions.jsonl`` (with ``env_steps`` and ``wall_time_s`` added), a console line, TensorBoard text
+        ``auto/decision`` and scalars ``auto/chosen_index``, ``auto/switched``, ``auto/chosen_kl`` and
+        ``auto/chosen_speedup_vs_none`` (against env steps)."""
+        line = dict(decision, env_steps=self.env_steps, wall_time_s=self.wall_time)
+        with open(os.path.join(self.logdir, "decisions.jsonl"), "a") as f:
+            f.write(json.dumps(_finite_or_none(line), sort_keys=True) + "\n")
+        verb = "switched to" if decision["switched"] else "kept"
+        text = f"auto, update {decision['update']}: {verb} {decision['chosen']} [{decision['trigger']}] {decision['reason']}"
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, flush=True)
+        chosen = decision["candidates"][decision["chosen"]]
+        self._writer.add_text("auto/decision", text, self.env_steps)
+        self._writer.add_scalar("auto/chosen_index", decision["chosen_index"], self.env_steps)
+        self._writer.add_scalar("auto/switched", float(decision["switched"]), self.env_steps)
+        self._writer.add_scalar("auto/chosen_kl", chosen["kl"], self.env_steps)
+        self._writer.add_scalar("auto/chosen_speedup_vs_none", chosen["speedup_vs_none"], self.env_steps)
 
     def progress(self) -> None:
         if self._progress is not None:

@@ -8,6 +8,7 @@ Anakin loop or the threaded Sebulba loop. Each loop ends with :func:`summarize`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 import time
@@ -21,6 +22,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
 from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor, make_compressor
+from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
@@ -32,6 +34,7 @@ DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) i
 REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
+AUTO_CHECK_EVERY = 10  # --compressor auto measures its triggers (KL, clipped fraction of ρ) every this many updates
 
 
 def default_logdir(cfg: Config) -> str:
@@ -110,6 +113,44 @@ def check_action_space(cfg: Config, info) -> None:
 
 
 
+def check_auto(cfg: Config) -> None:
+    """Reject what ``--compressor auto`` does not support.
+
+    Raises:
+      ConfigError: ``--resume`` of an auto run (the saved actor parameters' structure depends on the
+        decisions taken, and the decision history is not restored), or ``--distill-async`` with auto.
+    """
+    if cfg.compressor != "auto":
+        return
+    if cfg.resume is not None:
+        raise ConfigError(f"bad --resume {cfg.resume!r} with --compressor auto: resuming an auto run is not "
+                          "supported (its actor parameters change structure with each decision); start a new run, "
+                          "or resume a run with a fixed --compressor")
+    if cfg.distill_async:
+        raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
+                          "itself, synchronously; drop the flag")
+
+
+def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool):
+    """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``.
+
+    Raises:
+      ValueError: a bad ``--auto-candidates`` list or candidate spec.
+    """
+    def make(candidate: str) -> Compressor:
+        return make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
+                               distill_learning_rate=cfg.distill_learning_rate)
+
+    return auto(
+        cfg.auto_candidates, spec, learner_apply, make,
+        divergence=gaussian_policy_divergence if continuous else policy_divergence,
+        forward_timer=functools.partial(speed.forward_timer, family=spec.family),
+        max_kl=cfg.max_actor_kl, every=cfg.auto_every, check_every=min(AUTO_CHECK_EVERY, cfg.auto_every),
+        max_clip_fraction=cfg.auto_max_clip, clip_rho_threshold=cfg.clip_rho_threshold,
+        samples=REFRESH_SAMPLES, speed_forwards=min(SPEED_FORWARDS // 4, cfg.rollout_length),
+    )
+
+
 @dataclasses.dataclass
 class Run:
     """Everything a loop needs, built by :func:`setup`.
@@ -184,6 +225,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     loss_cfg = make_loss_config(cfg)
+    check_auto(cfg)
     config_json = dataclasses.asdict(cfg)
     resume_point = None
     if cfg.resume is not None:
@@ -223,11 +265,14 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     try:
-        compressor = make_compressor(
-            cfg.compressor, spec, learner_apply,
-            distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
-            distill_async=cfg.distill_async,
-        )
+        if cfg.compressor == "auto":
+            compressor = make_auto_compressor(cfg, spec, learner_apply, info.continuous)
+        else:
+            compressor = make_compressor(
+                cfg.compressor, spec, learner_apply,
+                distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
+                distill_async=cfg.distill_async,
+            )
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if before_write is not None:

@@ -84,3 +84,15 @@ def policy_speedup(
         "actor_config": actor_name,
         "forward_batch": int(obs_seq.shape[1]),
     }
+
+
+def forward_timer(apply: ApplyFn, family: str = "mlp", repeats: int = 3):
+    """A timer of ``apply``'s forward pass compiled as the actor runs it (:func:`accerl_jax.xla.options_for`).
+
+    Returns ``timer(params, obs_seq [K, B, *obs_shape]) -> seconds`` per forward pass of ``B`` observations
+    (median of ``repeats`` timed scans of ``K`` forwards; the first call also compiles, untimed). The
+    compiled function is kept by the timer, so calling it again does not recompile. Used by
+    ``--compressor auto`` (:mod:`accerl_jax.compressor.auto`) to rank its candidates.
+    """
+    fn = _scan_forward(apply, xla.options_for(family))
+    return lambda params, obs_seq: forward_seconds(fn, params, obs_seq, repeats)

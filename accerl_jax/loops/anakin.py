@@ -196,8 +196,8 @@ def check_anakin(cfg, jittable: bool) -> None:
     """Refuse what the Anakin loop cannot run.
 
     Raises:
-      ConfigError: a host (envpool) env, or ``--distill-async`` (a host thread cannot run inside the
-        jitted program).
+      ConfigError: a host (envpool) env, ``--distill-async`` (a host thread cannot run inside the
+        jitted program) or ``--compressor auto`` (it switches on the host).
     """
     from accerl_jax.config import ConfigError
 

@@ -75,6 +75,9 @@ def check_config(cfg: Config, loop: str) -> None:
     if cfg.policy_lag:
         raise ConfigError(f"bad --policy-lag {cfg.policy_lag} with --loop sebulba: its actors lag by themselves "
                           "(bounded by --queue-size); use --loop sequential for a fixed lag")
+    if cfg.compressor == "auto":
+        raise ConfigError("bad --compressor auto with --loop sebulba: auto switches its candidates between updates "
+                          "of the sequential loop; use --loop sequential or a fixed compressor")
     if cfg.compress_every != 1:
         raise ConfigError(f"bad --compress-every {cfg.compress_every} with --loop sebulba: its compressor thread "
                           "re-compresses as fast as it can, overlapped with learning; use --loop sequential")

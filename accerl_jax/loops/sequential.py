@@ -32,6 +32,8 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
     learner_logits, actor_logits, divergence, logdir = run.learner_logits, run.actor_logits, run.divergence, run.logdir
     state, k_actor, k_comp, params, lock = run.state, run.k_actor, run.k_comp, run.params, run.lock
     env_calibration = list(extra.get("env_calibration", []))  # seconds of one env-only rollout (Anakin actors)
+    adapt = getattr(compressor, "adapt", None)  # --compressor auto's hook (accerl_jax.compressor.auto)
+    decisions: list[dict] = []
     guard = UpdateGuard(run.update, cfg.on_nan, skipped=extra.get("skipped_updates", 0), family=run.spec.family)
     metrics: dict = {}
     stopped = None
@@ -96,15 +98,20 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                 if f"{stage}_time_s" in actor_times:
                     monitor.add_time(stage, actor_times[f"{stage}_time_s"])
             lag = it - 1 - versions[0]  # learner versions the acting policy is behind
+            rho_params = state.params  # the parameters the update computes ρ with
             with monitor.time("learner"):
                 state, metrics, bad = guard(state, rollout, it)  # bad: the non-finite quantity (--on-nan stop)
                 jax.block_until_ready(state)
             metrics["policy_lag_versions"] = lag
             obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
             previous = actor_params
+            decision = None
             if it % cfg.compress_every == 0:
                 with monitor.time("compress"):
                     actor_params, comp_state = compress(state.params, comp_state, obs_flat)
+                    if adapt is not None:  # auto: may evaluate its candidates and switch (counted as compression)
+                        actor_params, comp_state, decision = adapt(it, state.params, comp_state, actor_params,
+                                                                   rollout, rho_params=rho_params)
                     jax.block_until_ready(actor_params)
                 versions.append(it)
             else:
@@ -120,6 +127,9 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
             monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update,
                                     episode_length=np.asarray(rollout.episode_length))
+            if decision is not None:
+                monitor.log_decision(decision)
+                decisions.append(decision)
             completed = it
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
             if bad is None:
@@ -170,4 +180,6 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                        obs=rollout.obs.reshape((-1,) + info.obs_shape))
     return summarize(run, state=state, actor_params=actor_params, metrics=metrics, completed=completed,
                      stopped=stopped, stop_reason=stop_reason, exit_signal=stop.requested,
-                     skipped_updates=guard.skipped, speed_report=speed_report, loop="sequential")
+                     skipped_updates=guard.skipped, speed_report=speed_report, loop="sequential",
+                     **({"auto_decisions": decisions, "auto_running": compressor.running(comp_state)}
+                        if adapt is not None else {}))
