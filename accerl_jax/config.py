@@ -124,7 +124,7 @@ class Config:
     return_window: int = 100
     """final_return_mean averages the returns of this many last finished episodes."""
     progress: bool = True
-    """Show the progress bar, and every 10 logs a compact table of the latest logged rows."""
+    """Show the progress bar, and every 10 logs a compact table of the latest logged row."""
     wandb: bool = False
     """Also log every metrics row to Weights & Biases (needs 'pip install wandb' and 'wandb login', or
     WANDB_MODE=offline); the W&B run is named after the log folder and kept in it."""

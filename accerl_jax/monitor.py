@@ -9,7 +9,7 @@ statistics, KL(π_learner ‖ μ_actor) and greedy agreement, ``policy_lag_versi
   adds after the first row, which the CSV header cannot);
 * TensorBoard event files (tensorboardX), every row's scalars against env steps;
 * Weights & Biases when asked (``--wandb``; :func:`require_wandb` checks it is installed);
-* the console: a rich progress bar and, every ``table_every`` logs, a compact table of the latest rows;
+* the console: a rich progress bar and, every ``table_every`` logs, a compact table of the latest row;
 * ``curves.png`` (return, stage times and divergence against env steps; matplotlib) and ``summary.json``
   at the end (written to a temporary file and renamed, so a crash never leaves a half-written summary).
 
@@ -37,7 +37,7 @@ from accerl_jax.config import ConfigError
 # compression of the actor's policy (of which distillation). Loops add to the stages they have.
 STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
 RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png", "decisions.jsonl")  # with TensorBoard's events.out.*
-TABLE_EVERY = 10  # the console table of the latest rows is printed every this many logs (with the progress bar)
+TABLE_EVERY = 10  # the console table of the latest row is printed every this many logs (with the progress bar)
 # The console table's columns: (row key, header, format); those a run does not log are left out.
 TABLE_COLUMNS = (
     ("update", "update", "{:,.0f}"), ("env_steps", "env steps", "{:,.0f}"), ("steps_per_s", "steps/s", "{:,.0f}"),
@@ -276,7 +276,7 @@ class Monitor:
         self._log_wandb(row)
         self._logs += 1
         if self._progress is not None and self._logs % self.table_every == 0:
-            self._progress.console.print(self.table(self.rows[-self.table_every:]))
+            self._progress.console.print(self.table(row))
         self.progress()
 
     def _log_wandb(self, row: dict) -> None:
@@ -299,16 +299,21 @@ class Monitor:
             self._wandb_kwargs, self._wandb = None, None
 
     @staticmethod
-    def table(rows: list[dict]):
-        """A compact rich Table of ``rows`` (the :data:`TABLE_COLUMNS` they have; NaN shown as '-')."""
+    def table(row: dict, per_line: int = 3):
+        """A compact rich Table of one logged ``row``: the :data:`TABLE_COLUMNS` it has, as ``per_line``
+        name/value pairs per line (fits 80 columns); NaN shown as '-'."""
         from rich.table import Table
 
-        columns = [c for c in TABLE_COLUMNS if rows and c[0] in rows[-1]]
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        for _, header, _ in columns:
-            table.add_column(header, justify="right")
-        for row in rows:
-            table.add_row(*(fmt.format(row[k]) if np.isfinite(row.get(k, np.nan)) else "-" for k, _, fmt in columns))
+        cells = [(header, fmt.format(row[k]) if np.isfinite(row[k]) else "-")
+                 for k, header, fmt in TABLE_COLUMNS if k in row and k != "update"]
+        table = Table(title=f"update {row['update']:,.0f}", show_header=False, box=None, pad_edge=False,
+                      title_justify="left")
+        for _ in range(per_line):
+            table.add_column(style="bold")
+            table.add_column(justify="right")
+        for i in range(0, len(cells), per_line):
+            line = [x for cell in cells[i:i + per_line] for x in cell]
+            table.add_row(*line, *[""] * (2 * per_line - len(line)))
         return table
 
     def log_refresh(self, update: int, divergence: dict) -> None:
