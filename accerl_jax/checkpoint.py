@@ -110,9 +110,17 @@ def _digest(x: np.ndarray) -> str:
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:
-    """``--flag saved -> current`` for each field that matters to the computation and differs."""
+    """``--flag saved -> current`` for each field that matters to the computation and differs; a field the
+    saved configuration lacks (written by an older version) counts as its default."""
     from accerl_jax.config import flag
 
+    from accerl_jax.config import Config
+
+    # A checkpoint written before a field existed ran with that field's default, except --loop: such runs
+    # ran the sequential loop (the loops were added with the field).
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    defaults["loop"] = "sequential"
+    saved = {**{k: v for k, v in defaults.items() if k in current}, **saved}
     diffs = []
     for name in sorted(set(saved) | set(current)):
         if name in RUN_CONTROL_FIELDS:

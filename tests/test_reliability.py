@@ -7,6 +7,7 @@ signals to a real ``python -m accerl_jax.train`` subprocess (the Anakin loop).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -242,3 +243,15 @@ def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch):
     summary = loop.train(tiny(None, resume=str(logdir), **cfg))
     assert summary["stopped"] is None and summary["updates"] == 6 and summary["total_env_steps"] == 4 * 16 * 6
     assert list(checkpoint.read_leaves(str(logdir), 6))[-1] == ".actor"  # the key, not the host env state
+
+
+def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
+    """A checkpoint written before a flag existed resumes if the flag is at its default; --loop then must
+    be the sequential loop those runs ran."""
+    from accerl_jax.checkpoint import config_differences
+
+    current = dataclasses.asdict(Config(loop="sequential"))
+    old = {k: v for k, v in current.items() if k not in ("loop", "num_seeds", "queue_size")}
+    assert config_differences(old, current) == []
+    assert config_differences(old, dict(current, loop="anakin")) == ["--loop 'sequential' (checkpoint) vs 'anakin' (now)"]
+    assert config_differences(old, dict(current, num_seeds=2)) == ["--num-seeds 1 (checkpoint) vs 2 (now)"]
