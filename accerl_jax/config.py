@@ -45,8 +45,9 @@ class Config:
     loop: str = "auto"
     """Execution style: 'anakin' (gymnax only: rollout, correction, learner update and re-compression
     fused into one jitted lax.scan over --log-every updates); 'sequential' (actor, learner and compressor
-    as separate timed jitted calls); 'auto' picks the default for the env (anakin for gymnax,
-    sequential for envpool)."""
+    as separate timed jitted calls); 'auto' picks the default for the env (anakin for gymnax MLP nets,
+    sequential for envpool and, on CPU, for conv nets such as MinAtar's: fused, their gradient steps ran
+    17x slower)."""
     compress_every: int = 1
     """Re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
     the last compressed policy, one more version behind per update; the Monitor logs the lag as
