@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import jax
+
 from accerl_jax import checkpoint, distributed
 from accerl_jax import learner as learner_lib  # noqa: F401  (tests patch learner_lib.make_update)
 from accerl_jax import speed  # noqa: F401  (tests patch speed.policy_speedup)
@@ -82,6 +84,12 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
                 if vote is not None:  # the other processes stop with it, before writing anything
                     vote.refuse(str(err))
                 raise
+            if cfg.loop == "auto" and loop == "anakin" and cfg.num_seeds == 1 and run.spec.family == "cnn" \
+                    and jax.default_backend() == "cpu":
+                # Conv-net gradient steps inside one XLA:CPU program ran 17x slower than as separate calls
+                # (Breakout-MinAtar, distill:small: 4.7 s vs 0.27 s per update; docs/DESIGN.md, "Known XLA:CPU
+                # pitfall"): auto takes the faster, sequential loop there.
+                loop = "sequential"
             loops = {"anakin": run_anakin, "sequential": run_sequential, "sebulba": sebulba.run_sebulba}
             summary = loops[loop](run, stop, trained, claimed)
             if not run.writer:  # multi-host processes other than 0 keep no files

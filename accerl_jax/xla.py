@@ -7,6 +7,8 @@ setting to conv networks on CPU; the policy-speed benchmark still tries every co
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 
 # An empty list of YNN fusion types: no YNNPACK fusions (the flag's documented overwrite mode).
@@ -20,8 +22,23 @@ def options_for(family: str):
 
 
 def jit(fn, family: str, **kwargs):
-    """``jax.jit(fn, **kwargs)`` with :func:`options_for` ``(family)`` as compiler options."""
-    return jax.jit(fn, compiler_options=options_for(family), **kwargs)
+    """``jax.jit(fn, **kwargs)`` with :func:`options_for` ``(family)`` as compiler options.
+
+    JAX accepts compiler options only on a top-level jit: called inside another traced function (the
+    guarded update, the Anakin loop's program), the result runs as a plain nested jit, and the outer
+    program's options apply.
+    """
+    options = options_for(family)
+    if options is None:
+        return jax.jit(fn, **kwargs)
+    top, nested = jax.jit(fn, compiler_options=options, **kwargs), jax.jit(fn, **kwargs)
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        inside = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kw)))
+        return (nested if inside else top)(*args, **kw)
+
+    return call
 
 
 def candidate_configs(family: str) -> dict:

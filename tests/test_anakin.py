@@ -91,3 +91,17 @@ def test_anakin_default_job_solves_cartpole(tmp_path):
     summary = loop.train(Config(loop="anakin", logdir=str(tmp_path / "run"), progress=False))
     assert summary["loop"] == "anakin" and summary["stopped"] is None
     assert summary["final_return_mean"] >= 475.0
+
+
+def test_family_jit_nests_inside_another_jit():
+    """Conv-family functions carry compiler options, which JAX allows only at the top level: nested in the
+    guarded update or the Anakin program they must still run (as plain nested jits)."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax import xla
+
+    inner = xla.jit(lambda x: x * 2.0, "cnn")
+    outer = xla.jit(lambda x: inner(x) + 1.0, "cnn")
+    assert float(outer(jnp.float32(3.0))) == 7.0 and float(inner(jnp.float32(3.0))) == 6.0
+    assert float(jax.jit(lambda x: inner(x))(jnp.float32(1.0))) == 2.0

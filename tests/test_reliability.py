@@ -74,9 +74,11 @@ def poison_updates(monkeypatch, at: set[int], what: str) -> None:
 LOOPS = ("anakin", "sequential")
 
 
-@pytest.fixture(scope="module", params=LOOPS)
+@pytest.fixture(scope="module", params=["anakin", pytest.param("sequential", marks=pytest.mark.slow)])
 def reference(request, tmp_path_factory):
-    """An uninterrupted run of UPDATES updates in each loop: its summary and its final checkpoint's arrays."""
+    """An uninterrupted run of UPDATES updates in each loop: its summary and its final checkpoint's arrays.
+    The sequential loop's variants are slow-marked (the default suite's budget); its resume with
+    --policy-lag/--compress-every and its NaN guard stay in the default suite below."""
     logdir = tmp_path_factory.mktemp("ref") / "run"
     summary = loop.train(tiny(logdir, loop=request.param))
     return summary, checkpoint.read_leaves(str(logdir), UPDATES), str(logdir)
