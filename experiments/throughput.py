@@ -233,11 +233,13 @@ def _sebulba(args) -> dict:
     if not os.path.exists(os.path.join(HERE, "throughput_sebulba.py")):
         return {"skipped": "experiments/throughput_sebulba.py not present"}
     sys.path.insert(0, HERE)
-    return importlib.import_module("throughput_sebulba").measure(args)
+    # Its own sizes (envpool Pong-v5, 16 x 16, 32 updates); only --quick and --device carry over, since this
+    # script's --env/--updates/--compressor describe the gymnax measurement.
+    return importlib.import_module("throughput_sebulba").measure({"quick": args.quick, "device": args.device})
 
 
-# name -> measure(args) -> dict; results are stored under their name. Helper 5b's Sebulba-vs-sequential
-# measurement on envpool Pong-v5 lives in experiments/throughput_sebulba.py (imported if present).
+# name -> measure(args) -> dict; results are stored under their name. The Sebulba-vs-sequential
+# measurement on envpool Pong-v5 lives in experiments/throughput_sebulba.py.
 MEASUREMENTS = {"core": measure_core, "sebulba": _sebulba}
 
 

@@ -30,11 +30,12 @@ def single(tmp_path_factory):
     return loop.train(tiny(logdir, loop="anakin")), str(logdir)
 
 
-def test_auto_loop_is_anakin_for_gymnax_and_sequential_for_envpool():
+def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
-    assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sequential"
-    # Asynchronous distillation needs a host thread: auto falls back to the sequential loop.
+    assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sebulba"
+    # Asynchronous distillation and auto compression run on the host: auto falls back to the sequential loop.
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "sequential"
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -44,6 +45,8 @@ def test_auto_loop_is_anakin_for_gymnax_and_sequential_for_envpool():
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
     (dict(loop="anakin", compress_every=0), "bad --compress-every 0"),
     (dict(loop="anakin", num_seeds=0), "bad --num-seeds 0"),
+    (dict(loop="anakin", compressor="auto"), "bad --compressor auto with --loop anakin"),
+    (dict(loop="sebulba", env="envpool:CartPole-v1", compressor="auto"), "bad --compressor auto with --loop sebulba"),
 ])
 def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):
     with pytest.raises(ConfigError, match=message):
@@ -57,7 +60,7 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
     fused, fused_dir = single
     staged = loop.train(tiny(tmp_path / "seq", loop="sequential"))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
-    for key in ("updates", "total_env_steps", "episodes", "final_return_mean"):
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
         assert fused[key] == staged[key], key
     a, b = checkpoint.read_leaves(fused_dir, UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
     assert list(a) == list(b)

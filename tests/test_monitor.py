@@ -26,6 +26,8 @@ NEW_METRICS = ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learni
 
 
 def tiny(logdir, **kw) -> Config:
+    # The sequential loop: it times every stage (the Anakin loop's one fused program reports fused_wait_s).
+    kw.setdefault("loop", "sequential")
     return Config(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, logdir=str(logdir),
                   progress=False, **kw)
 

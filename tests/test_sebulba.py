@@ -20,6 +20,7 @@ from accerl_jax import async_actor, checkpoint, loop
 from accerl_jax.async_actor import AsyncActor, RolloutAssembler
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
+from accerl_jax.loops import sebulba
 from accerl_jax.types import Transition
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,21 +215,21 @@ def test_actor_thread_exception_stops_run_with_original_error(tmp_path, monkeypa
 
 def test_learner_exception_stops_run_with_original_error(tmp_path, monkeypatch):
     logdir = tmp_path / "run"
-    real, when = loop.learner_lib.make_update, {}
+    when = {}
 
-    def make(*args, **kwargs):
-        update, calls = real(*args, **kwargs), {"n": 0}
+    class FailingGuard(sebulba.UpdateGuard):
+        """The learner's guarded update (one jitted program) raises on its third call, in the learner."""
 
-        def wrapped(state, batch):
-            calls["n"] += 1
-            if calls["n"] == 3:
+        calls = 0
+
+        def __call__(self, state, batch, update_number: int = 0):
+            FailingGuard.calls += 1
+            if FailingGuard.calls == 3:
                 when["t"] = time.perf_counter()
                 raise FloatingPointError("injected learner fault")
-            return update(state, batch)
+            return super().__call__(state, batch, update_number)
 
-        return wrapped
-
-    monkeypatch.setattr(loop.learner_lib, "make_update", make)
+    monkeypatch.setattr(sebulba, "UpdateGuard", FailingGuard)
     with pytest.raises(FloatingPointError, match="injected learner fault"):
         loop.train(tiny(logdir, queue_size=1))
     elapsed = time.perf_counter() - when["t"]

@@ -61,6 +61,7 @@ class UpdateOutput(NamedTuple):
     metrics: dict  # [] float32 each: the learner's metrics, skipped_updates, policy_lag_versions
     episode_return: jax.Array  # [T, B] float32, return of the episode that ended at each step
     finished: jax.Array  # [T, B] bool, an episode ended at this step
+    episode_length: jax.Array  # [T, B] int32, length (agent steps) of the episode that ended at each step
     refreshed: jax.Array  # [] bool, the actor's policy was re-compressed after this update
 
 
@@ -108,7 +109,7 @@ def make_update_step(run: Run):
         metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
                        policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
         finished = (rollout.terminated | rollout.truncated) & rollout.valid
-        return new, UpdateOutput(metrics, rollout.episode_return, finished, refreshed)
+        return new, UpdateOutput(metrics, rollout.episode_return, finished, rollout.episode_length, refreshed)
 
     return step
 
@@ -208,6 +209,10 @@ def check_anakin(cfg, jittable: bool) -> None:
         raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
                           "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
                           "(distillation then runs inside the program) or use --loop sequential")
+    if cfg.compressor == "auto":
+        raise ConfigError("bad --compressor auto with --loop anakin: auto measures and switches its candidates on "
+                          "the host between updates, which the Anakin loop's jitted program cannot do; use --loop "
+                          "sequential (what --loop auto picks for it) or a fixed compressor")
 
 
 def _seed(tree, k: int, seeds: int):
@@ -309,9 +314,11 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
             for k, m in enumerate(monitors):
                 o = _seed(out, k, seeds)
                 for i in range(last):
-                    m.record_episodes(o.episode_return[i], o.finished[i], steps_per_update)
+                    m.record_episodes(o.episode_return[i], o.finished[i], steps_per_update,
+                                      episode_length=o.episode_length[i])
                     if seeds > 1:
-                        run.monitor.record_episodes(o.episode_return[i], o.finished[i], steps_per_update)
+                        run.monitor.record_episodes(o.episode_return[i], o.finished[i], steps_per_update,
+                                                    episode_length=o.episode_length[i])
                 last_metrics[k] = {name: v[last - 1] for name, v in o.metrics.items()}
             refreshed = bool(np.any(out.refreshed[..., :last]))
             state, completed, divergence = new_state, completed + last, chunk_end

@@ -170,7 +170,7 @@ def run_sebulba(run: Run, stop: StopSignals, trained: dict | None, claimed: list
     cfg, info, monitor, saver, compressor = run.cfg, run.info, run.monitor, run.saver, run.compressor
     extra, num_updates, steps_per_update, logdir = run.extra, run.num_updates, run.steps_per_update, run.logdir
     learner_logits, actor_logits, divergence = run.learner_logits, run.actor_logits, run.divergence
-    guard = UpdateGuard(run.update, cfg.on_nan, skipped=extra.get("skipped_updates", 0))
+    guard = UpdateGuard(run.update, cfg.on_nan, skipped=extra.get("skipped_updates", 0), family=run.spec.family)
     mesh = learner_lib.make_mesh()
     actor_device = jax.devices("cpu")[0] if cfg.actor_device == "cpu" else mesh.devices.flat[0]
     threads_n, per_thread, batch = cfg.actor_threads, cfg.num_envs // cfg.actor_threads, actor_batch(cfg)
@@ -324,13 +324,14 @@ def run_sebulba(run: Run, stop: StopSignals, trained: dict | None, claimed: list
             # Compression may overlap this update, but not fall further behind: that bounds the lag.
             compress_wait.add("wait", wait_for_compression(it - 2))
             with monitor.time("learner"):
-                state, metrics, bad = guard(state, rollout)
+                state, metrics, bad = guard(state, rollout, it)
                 jax.block_until_ready(state)
             learner_box.publish((state.params, rollout.obs.reshape((-1,) + info.obs_shape)), it)
             drain_times()
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
-            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update)
+            monitor.record_episodes(np.asarray(rollout.episode_return), finished, steps_per_update,
+                                    episode_length=np.asarray(rollout.episode_length))
             completed = it
             claimed.clear()
             if bad is None:
