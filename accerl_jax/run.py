@@ -375,6 +375,34 @@ def unmeasured_speed(run: Run) -> dict:
             "forward_batch": run.info.num_envs}
 
 
+def wind_up(run: Run, *, stopped: str | None, completed: int, logged: int, metrics: dict, save: Callable,
+            log: Callable, state, actor_params, rollout, trained: dict | None) -> tuple[str | None, dict, dict]:
+    """End a host-driven loop (sequential, Sebulba): save the last completed update (unless the run
+    diverged), log its row if not yet logged, measure the policy speed (a stopped run, or a multi-host
+    process other than 0, skips it), close the Monitor and checkpointer, and fill ``trained``.
+
+    ``save(step)`` and ``log(step, metrics) -> metrics`` are the loop's own. A Ctrl-C during this still
+    summarises what ran. Returns ``(stopped, metrics, speed_report)`` for :func:`summarize`.
+    """
+    try:
+        if stopped != "diverged" and run.saver.last_step != completed:
+            save(completed)
+        if logged != completed:  # the interrupted run's last updates get their row too
+            metrics = log(completed, metrics)
+        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None and run.writer
+                        else unmeasured_speed(run))
+    except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
+        stopped = "interrupted"
+        speed_report = unmeasured_speed(run)
+    finally:
+        run.monitor.close()
+        run.saver.close()
+    if trained is not None and rollout is not None:
+        trained.update(learner_params=state.params, actor_params=actor_params,
+                       obs=rollout.obs.reshape((-1,) + run.info.obs_shape))
+    return stopped, metrics, speed_report
+
+
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
               stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
               **fields) -> dict:

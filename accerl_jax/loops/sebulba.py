@@ -45,7 +45,7 @@ from accerl_jax.async_actor import AsyncActor
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, summarize, unmeasured_speed
+from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, summarize, wind_up
 from accerl_jax.signals import Interrupted, StopSignals
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
@@ -385,22 +385,9 @@ def run_sebulba(run: Run, stop: StopSignals, trained: dict | None, claimed: list
             monitor.discard()
         raise Interrupted(stop.requested)
     (actor_params, _), _ = comp_box.item
-    try:
-        if stopped != "diverged" and saver.last_step != completed:
-            save(completed)
-        if logged != completed:
-            metrics = log(completed, metrics)
-        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None
-                        else unmeasured_speed(run))
-    except KeyboardInterrupt:
-        stopped = "interrupted"
-        speed_report = unmeasured_speed(run)
-    finally:
-        monitor.close()
-        saver.close()
-    if trained is not None and rollout is not None:
-        trained.update(learner_params=state.params, actor_params=actor_params,
-                       obs=rollout.obs.reshape((-1,) + info.obs_shape))
+    stopped, metrics, speed_report = wind_up(
+        run, stopped=stopped, completed=completed, logged=logged, metrics=metrics, save=save, log=log,
+        state=state, actor_params=actor_params, rollout=rollout, trained=trained)
     times = monitor.times
     return summarize(
         run, state=state, actor_params=actor_params, metrics=metrics, completed=completed, stopped=stopped,

@@ -16,8 +16,7 @@ import numpy as np
 
 from accerl_jax import checkpoint
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
-                            unmeasured_speed)
+from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, summarize, wind_up
 from accerl_jax.signals import Interrupted, StopSignals
 
 
@@ -161,23 +160,9 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
             checkpoint.remove_run(logdir)  # nothing ran: free the folder for a rerun
             monitor.discard()
         raise Interrupted(stop.requested)
-    try:
-        if stopped != "diverged" and saver.last_step != completed:
-            save(completed)
-        if logged != completed:  # the interrupted run's last updates get their row too
-            metrics = log(completed, metrics)
-        # A stopped run exits promptly; multi-host processes other than 0 write no summary to put it in.
-        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None and run.writer
-                        else unmeasured_speed(run))
-    except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
-        stopped = "interrupted"
-        speed_report = unmeasured_speed(run)
-    finally:
-        monitor.close()
-        saver.close()
-    if trained is not None and rollout is not None:
-        trained.update(learner_params=state.params, actor_params=actor_params,
-                       obs=rollout.obs.reshape((-1,) + info.obs_shape))
+    stopped, metrics, speed_report = wind_up(
+        run, stopped=stopped, completed=completed, logged=logged, metrics=metrics, save=save, log=log,
+        state=state, actor_params=actor_params, rollout=rollout, trained=trained)
     return summarize(run, state=state, actor_params=actor_params, metrics=metrics, completed=completed,
                      stopped=stopped, stop_reason=stop_reason, exit_signal=stop.requested,
                      skipped_updates=guard.skipped, speed_report=speed_report, loop="sequential",
