@@ -47,6 +47,13 @@ def quantity(bad: int) -> Optional[str]:
     return None if bad == FINITE else QUANTITIES[bad]
 
 
+def stop_reason(bad: str, update: int, metrics: dict, where: str = "") -> str:
+    """The summary's ``stop_reason`` for a run stopped by a non-finite ``bad`` quantity (``--on-nan stop``):
+    names the update (and ``where``, e.g. " of seed 3"), the loss and the gradient norm."""
+    return (f"non-finite {bad} at update {update}{where} (loss {float(metrics['loss'])}, "
+            f"grad_norm {float(metrics['grad_norm'])})")
+
+
 def inject_fault(state, metrics: dict, update_number: jax.Array):
     """Test hook, traced inside every guarded update: returns ``(state, metrics)`` unchanged.
 

@@ -257,3 +257,11 @@ def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
     assert config_differences(old, current) == []
     assert config_differences(old, dict(current, loop="anakin")) == ["--loop 'sequential' (checkpoint) vs 'anakin' (now)"]
     assert config_differences(old, dict(current, num_seeds=2)) == ["--num-seeds 1 (checkpoint) vs 2 (now)"]
+
+
+def test_stop_reason_names_the_quantity_update_seed_loss_and_gradient_norm():
+    from accerl_jax.guard import stop_reason
+
+    m = {"loss": float("nan"), "grad_norm": 2.5}
+    assert stop_reason("loss", 7, m) == "non-finite loss at update 7 (loss nan, grad_norm 2.5)"
+    assert stop_reason("gradients", 7, m, " of seed 3") == "non-finite gradients at update 7 of seed 3 (loss nan, grad_norm 2.5)"

@@ -31,6 +31,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import checkpoint, networks, xla
+from accerl_jax import guard as guard_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax.actor import ActorCarry
 from accerl_jax.guard import FINITE, guard_update, quantity
@@ -330,9 +331,8 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                 what = quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k]))
                 m = last_metrics[seed_k]
                 stopped = "diverged"
-                stop_reason = (f"non-finite {what} at update {bad_update}"
-                               + (f" of seed {cfg.seed + seed_k}" if seeds > 1 else "")
-                               + f" (loss {float(m['loss'])}, grad_norm {float(m['grad_norm'])})")
+                stop_reason = guard_lib.stop_reason(what, bad_update, m,
+                                                    f" of seed {cfg.seed + seed_k}" if seeds > 1 else "")
                 last_metrics, logged = log(completed, last_metrics, refreshed), completed
                 break
             snapshot = snapshot_of(state)

@@ -44,6 +44,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax.async_actor import AsyncActor
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
+from accerl_jax import guard as guard_lib
 from accerl_jax.guard import UpdateGuard
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, summarize, wind_up
 from accerl_jax.signals import Interrupted, StopSignals
@@ -342,8 +343,7 @@ def run_sebulba(run: Run, stop: StopSignals, trained: dict | None, claimed: list
                 monitor.progress()
             if bad is not None:
                 stopped = "diverged"
-                stop_reason = (f"non-finite {bad} at update {it} (loss {float(metrics['loss'])}, "
-                               f"grad_norm {float(metrics['grad_norm'])})")
+                stop_reason = guard_lib.stop_reason(bad, it, metrics)
                 break
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 save(it)

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from accerl_jax import checkpoint
+from accerl_jax import guard as guard_lib
 from accerl_jax.guard import UpdateGuard
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, summarize, wind_up
 from accerl_jax.signals import Interrupted, StopSignals
@@ -140,8 +141,7 @@ def run_sequential(run: Run, stop: StopSignals, trained: dict | None, claimed: l
                 monitor.progress()
             if bad is not None:  # the diverged state is never saved: the last good checkpoint stays
                 stopped = "diverged"
-                stop_reason = (f"non-finite {bad} at update {it} (loss {float(metrics['loss'])}, "
-                               f"grad_norm {float(metrics['grad_norm'])})")
+                stop_reason = guard_lib.stop_reason(bad, it, metrics)
                 break
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 save(it)
