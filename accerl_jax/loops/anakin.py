@@ -20,7 +20,6 @@ and the run's summary lists them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 from typing import Any, NamedTuple
@@ -216,6 +215,18 @@ def check_anakin(cfg, jittable: bool) -> None:
                           "sequential (what --loop auto picks for it) or a fixed compressor")
 
 
+def record_chunk(monitor: Monitor, out: UpdateOutput, updates: int, steps_per_update: int) -> None:
+    """Hand ``monitor`` the episodes that ended in the first ``updates`` updates of one seed's chunk
+    output (``[C, T, B]`` arrays, flattened to ``[updates * T, B]`` in time order: one call, not one per
+    update); ``steps_per_update`` agent steps count per update."""
+    def flat(x):
+        x = np.asarray(x)[:updates]
+        return x.reshape((-1,) + x.shape[2:])
+
+    monitor.record_episodes(flat(out.episode_return), flat(out.finished), updates * steps_per_update,
+                            episode_length=flat(out.episode_length))
+
+
 def _seed(tree, k: int, seeds: int):
     return jax.tree.map(lambda x: x[k], tree) if seeds > 1 else tree
 
@@ -304,27 +315,33 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
         pending = dispatch(state, completed)
         while pending is not None:
             end, new_state, out, chunk_end = pending
-            pending = None
+            pending = hard_stop = None
             start = time.perf_counter()
-            out, chunk_end, bad_update, bad_quantity = jax.device_get(
-                (out, chunk_end, new_state.bad_update, new_state.bad_quantity))  # waits for the chunk
+            out, chunk_end, bad_update, bad_quantity, skipped_now = jax.device_get(
+                (out, chunk_end, new_state.bad_update, new_state.bad_quantity, new_state.skipped))  # waits
             fused_wait += time.perf_counter() - start
+            skipped_now = np.asarray(skipped_now)
             bad_seeds = np.asarray(bad_update).reshape(-1)
             bad_update = int(bad_seeds[bad_seeds > 0].min()) if np.any(bad_seeds > 0) else 0  # any seed stops it
             last = (bad_update if bad_update else end) - completed  # updates of this chunk that count
+            if not bad_update:
+                stop.armed = True  # a chunk of this session is done: a signal now stops at the end of the next
+                if end < num_updates and stop.requested is None:
+                    # Pipelined: the next chunk is dispatched before the host records, logs and checkpoints
+                    # this one, so host work runs while the program does (a diverged state is never continued).
+                    try:
+                        pending = dispatch(new_state, end)
+                    except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
+                        hard_stop = err  # effect once this finished chunk is recorded, below
             for k, m in enumerate(monitors):
                 o = _seed(out, k, seeds)
-                for i in range(last):
-                    m.record_episodes(o.episode_return[i], o.finished[i], steps_per_update,
-                                      episode_length=o.episode_length[i])
-                    if seeds > 1:
-                        run.monitor.record_episodes(o.episode_return[i], o.finished[i], steps_per_update,
-                                                    episode_length=o.episode_length[i])
+                record_chunk(m, o, last, steps_per_update)
+                if seeds > 1:
+                    record_chunk(run.monitor, o, last, steps_per_update)
                 last_metrics[k] = {name: v[last - 1] for name, v in o.metrics.items()}
             refreshed = bool(np.any(out.refreshed[..., :last]))
             state, completed, divergence = new_state, completed + last, chunk_end
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
-            skipped_now = np.asarray(jax.device_get(state.skipped))
             if bad_update:
                 # The diverged state is never saved: the last good checkpoint stays.
                 seed_k = int(np.argmax(bad_seeds == bad_update))
@@ -336,10 +353,8 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                 last_metrics, logged = log(completed, last_metrics, refreshed), completed
                 break
             snapshot = snapshot_of(state)
-            stop.armed = True  # from now on a signal stops at the end of the chunk in flight
-            if completed < num_updates and stop.requested is None:
-                # Pipelined: the next chunk runs while the host logs and checkpoints this one.
-                pending = dispatch(state, completed)
+            if hard_stop is not None:
+                raise hard_stop
             if completed % cfg.log_every == 0 or completed == num_updates:
                 last_metrics, logged = log(completed, last_metrics, refreshed), completed
             else:
