@@ -270,9 +270,7 @@ class Monitor:
         self._csv_file.flush()
         self._jsonl_file.write(json.dumps(_finite_or_none(row), allow_nan=False) + "\n")
         self._jsonl_file.flush()
-        for k, v in row.items():
-            if k != "update" and np.isfinite(v):
-                self._writer.add_scalar(k, v, self.env_steps)
+        self._add_scalars({k: v for k, v in row.items() if k != "update"})
         self._log_wandb(row)
         self._logs += 1
         if self._progress is not None and self._logs % self.table_every == 0:
@@ -320,9 +318,17 @@ class Monitor:
         """Log KL(π_learner ‖ π_actor) and agreement at a refresh of the actor's policy (TensorBoard,
         ``refresh/<name>``, against env steps); ``divergence`` as from :func:`policy_divergence`."""
         self.refreshes += 1
-        for k, v in divergence.items():
-            self._writer.add_scalar(f"refresh/{k}", float(v), self.env_steps)
-        self._writer.add_scalar("refresh/update", update, self.env_steps)
+        self._add_scalars({**{f"refresh/{k}": v for k, v in divergence.items()}, "refresh/update": update})
+
+    def _add_scalars(self, values: dict) -> None:
+        """TensorBoard: the finite ``values`` (tag -> scalar) as one event at the current env steps. The same
+        records as one ``add_scalar`` per tag (one ``Summary.Value`` each), but one ``Summary`` proto for
+        all of them: measured 0.15 against 1.5 ms of CPU per 33-scalar row, host time the Anakin loop's
+        chunks otherwise share the CPU with."""
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        tags = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if np.isfinite(v)]
+        self._writer._get_file_writer().add_summary(Summary(value=tags), self.env_steps)
 
     def log_decision(self, decision: dict) -> None:
         """Record a ``--compressor auto`` decision (:mod:`accerl_jax.compressor.auto`): one JSON line in

@@ -161,6 +161,45 @@ def test_console_table_every_n_logs(tmp_path, capsys):
     assert "|log ρ|" not in capsys.readouterr().out
 
 
+def read_tensorboard(logdir) -> dict:
+    """``{tag: [(step, value), ...]}`` of the scalars in ``logdir``'s event files, parsed from the TFRecord
+    framing (length u64, crc u32, data, crc u32) and tensorboardX's Event proto: what TensorBoard reads."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars: dict = {}
+    for name in sorted(os.listdir(logdir)):
+        if name.startswith("events.out.tfevents"):
+            with open(os.path.join(logdir, name), "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos < len(data):
+                (length,) = struct.unpack("<Q", data[pos:pos + 8])
+                event = Event.FromString(data[pos + 12:pos + 12 + length])
+                pos += 12 + length + 4
+                for value in event.summary.value:
+                    scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_gets_every_finite_scalar_of_every_row_at_its_env_steps(tmp_path):
+    monitor = Monitor(str(tmp_path), 1000, progress=False)
+    monitor.record_episodes(np.full((2, 4), 3.0), np.eye(2, 4, dtype=bool), 8)
+    monitor.log(1, {"loss": 0.5, "kl": float("nan")})
+    monitor.log_refresh(1, {"kl_learner_actor": 0.25})
+    monitor.record_episodes(np.zeros((2, 4)), np.zeros((2, 4), bool), 8)
+    monitor.log(2, {"loss": 0.25, "kl": 0.125})
+    monitor.close()
+    tb = read_tensorboard(str(tmp_path))
+    assert tb["loss"] == [(8, 0.5), (16, 0.25)]
+    assert tb["kl"] == [(16, 0.125)]  # NaN is not written
+    assert tb["return_mean"] == [(8, 3.0), (16, 3.0)] and tb["env_steps"] == [(8, 8.0), (16, 16.0)]
+    assert tb["refresh/kl_learner_actor"] == [(8, 0.25)] and tb["refresh/update"] == [(8, 1.0)]
+    finite = {k for k, v in monitor.rows[-1].items() if math.isfinite(v)}
+    assert "update" not in tb and "length_mean" not in tb and finite - {"update"} <= set(tb)
+
+
 def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):
     monitor = Monitor(str(tmp_path), 100, progress=False)
     for update in (2, 4, 6):
