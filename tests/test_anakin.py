@@ -39,7 +39,9 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(loop="anakin", env="envpool:CartPole-v1"), "needs a jittable .gymnax. env; use --loop sequential"),
+    (dict(loop="anakin", env="envpool:CartPole-v1", num_seeds=2),
+     "bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1: .* vmap cannot copy"),
+    (dict(loop="anakin", env="envpool:HalfCheetah-v4"), "bad --loop anakin for envpool:HalfCheetah-v4: .*64-bit arrays"),
     (dict(loop="anakin", distill_async=True), "drop --distill-async .* or use --loop sequential"),
     (dict(loop="sequential", num_seeds=2), "bad --num-seeds 2 with --loop sequential"),
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
@@ -64,6 +66,34 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
         assert fused[key] == staged[key], key
     a, b = checkpoint.read_leaves(fused_dir, UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
     assert list(a) == list(b)
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+
+
+def test_anakin_refuses_envpool_on_several_devices(monkeypatch):
+    """XLA's partitioner rejects envpool's side-effecting step in a program over several devices."""
+    from accerl_jax.loops import anakin
+
+    monkeypatch.setattr(anakin.jax, "local_device_count", lambda: 2)
+    with pytest.raises(ConfigError, match="bad --loop anakin for envpool:CartPole-v1 on 2 local devices"):
+        loop.resolve_loop(Config(env="envpool:CartPole-v1", loop="anakin"))
+
+
+def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_does(tmp_path):
+    """--loop anakin with envpool: the pool stepped inside the jitted program (envpool's XLA interface)
+    gives the sequential loop's run on host envpool (sync envpool is deterministic per seed): the same
+    episodes (each ending in a reset step that must be invalid, or the counts would differ) and returns,
+    and to float32 rounding the same parameters."""
+    flags = dict(env="envpool:CartPole-v1", log_every=4, checkpoint_every=UPDATES, compressor="mask:0.5")
+    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **flags))
+    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **flags))
+    assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    assert fused["episodes"] >= 4  # 32 steps per env: every env finished an episode and reset
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
+        assert fused[key] == staged[key], key
+    assert all(np.isfinite(fused[k]) for k in ("kl_learner_actor", "abs_log_rho_mean", "final_return_mean"))
+    a, b = checkpoint.read_leaves(str(tmp_path / "fused"), UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
+    assert list(a) == list(b) and list(a)[-1] == ".actor"  # the actor's key only: a host pool is not saved
     for path in a:
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
