@@ -41,7 +41,8 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
 @pytest.mark.parametrize("flags, message", [
     (dict(loop="anakin", env="envpool:CartPole-v1", num_seeds=2),
      "bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1: .* vmap cannot copy"),
-    (dict(loop="anakin", env="envpool:HalfCheetah-v4"), "bad --loop anakin for envpool:HalfCheetah-v4: .*64-bit arrays"),
+    (dict(loop="anakin", env="envpool:HalfCheetah-v4"),
+     "bad --loop anakin for envpool:HalfCheetah-v4: .*64-bit arrays"),
     (dict(loop="anakin", distill_async=True), "drop --distill-async .* or use --loop sequential"),
     (dict(loop="sequential", num_seeds=2), "bad --num-seeds 2 with --loop sequential"),
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
@@ -92,7 +93,8 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
     for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
         assert fused[key] == staged[key], key
     assert all(np.isfinite(fused[k]) for k in ("kl_learner_actor", "abs_log_rho_mean", "final_return_mean"))
-    a, b = checkpoint.read_leaves(str(tmp_path / "fused"), UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
+    a = checkpoint.read_leaves(str(tmp_path / "fused"), UPDATES)
+    b = checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
     assert list(a) == list(b) and list(a)[-1] == ".actor"  # the actor's key only: a host pool is not saved
     for path in a:
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)

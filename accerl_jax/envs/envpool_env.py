@@ -120,7 +120,8 @@ class EnvpoolEnv:
         return _transition(state, self._cast, *self._env.step(self._action(action)))
 
 
-def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info, xp=np) -> tuple[EnvpoolState, Transition]:
+def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info,
+                xp=np) -> tuple[EnvpoolState, Transition]:
     """The adapter's :class:`Transition` for one envpool result, given the bookkeeping ``state`` of the
     same environments (``[M]`` arrays, in the result's order); returns the updated bookkeeping too.
 
