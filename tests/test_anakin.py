@@ -120,10 +120,11 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
 
 
 @pytest.mark.slow
-def test_anakin_default_job_solves_cartpole(tmp_path):
+@pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "envpool:CartPole-v1"])
+def test_anakin_default_job_solves_cartpole(tmp_path, env):
     """The default job (800k steps, distill:small, V-trace) in the Anakin loop reaches CartPole's solved
-    return (mean of the last 100 episodes >= 475)."""
-    summary = loop.train(Config(loop="anakin", logdir=str(tmp_path / "run"), progress=False))
+    return (mean of the last 100 episodes >= 475), with gymnax or with envpool through its XLA interface."""
+    summary = loop.train(Config(env=env, loop="anakin", logdir=str(tmp_path / "run"), progress=False))
     assert summary["loop"] == "anakin" and summary["stopped"] is None
     assert summary["final_return_mean"] >= 475.0
 
