@@ -129,6 +129,18 @@ def test_anakin_default_job_solves_cartpole(tmp_path, env):
     assert summary["final_return_mean"] >= 475.0
 
 
+@pytest.mark.slow
+def test_anakin_runs_envpool_atari_end_to_end(tmp_path):
+    """envpool Pong (uint8 frames [4, 84, 84], a CNN) through envpool's XLA interface in the Anakin
+    program: a tiny run finishes with finite metrics (slow: the fused CNN program compiles for minutes
+    on a loaded CPU)."""
+    summary = loop.train(tiny(tmp_path / "run", env="envpool:Pong-v5", loop="anakin", num_envs=2,
+                              total_steps=2 * 8 * 2))
+    assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == 2
+    assert summary["learner_network"]["family"] == "cnn" and summary["total_env_steps"] == 32
+    assert np.isfinite(summary["kl_learner_actor"]) and np.isfinite(summary["abs_log_rho_mean"])
+
+
 def test_family_jit_nests_inside_another_jit():
     """Conv-family functions carry compiler options, which JAX allows only at the top level: nested in the
     guarded update or the Anakin program they must still run (as plain nested jits)."""

@@ -192,8 +192,9 @@ class EnvpoolXlaEnv:
     ``step(state, action) -> (state, Transition)`` is traceable and has the host adapter's semantics
     (the module docstring; :func:`_transition`). It is a side-effecting call on the one pool, not a pure
     function: each step's handle is threaded through the state, so steps run in order; the state must
-    never be stepped twice, copied into ``vmap``, or replicated over devices (each copy would step the
-    same pool). ``reset`` runs on the host; the pool's state cannot be saved.
+    never be stepped twice or copied into ``vmap`` (each copy would step the same pool), and a program
+    partitioned over several devices is rejected by XLA. ``reset`` runs on the host; the pool's state
+    cannot be saved.
 
     Raises:
       ValueError: see :func:`check_xla`.
