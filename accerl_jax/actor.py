@@ -2,7 +2,8 @@
 
 Two ways to run, one output (:class:`accerl_jax.types.Rollout`, ``[T, B, ...]``):
 
-* :class:`AnakinActor` -- jittable (gymnax) environments: env stepping and policy inference fused in
+* :class:`AnakinActor` -- jittable (gymnax) environments, or envpool through its XLA interface
+  (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`): env stepping and policy inference fused in
   one jitted ``lax.scan`` of ``T`` steps (Podracer's Anakin, arXiv 2104.06272). The split of its time
   into env stepping and inference is *calibrated*: :meth:`AnakinActor.time_env_only` times the same scan
   with uniform-random actions (no policy), which is also the actor's ceiling (docs/DESIGN.md).
@@ -78,13 +79,15 @@ class AnakinActor:
     """Fused jitted rollout of ``rollout_length`` steps for a jittable env adapter.
 
     Args:
-      env: a jittable adapter (``env.info.jittable``).
+      env: a jittable adapter (``env.info.jittable``), or one whose ``step`` runs in a jitted program
+        (``env.info.xla_step``: envpool's XLA interface; its ``reset`` then runs on the host, and
+        :meth:`time_env_only` is not available, as it would step the run's own environments).
       apply: the actor network's apply function (from the Compressor).
       rollout_length: ``T``, agent steps per rollout and environment.
     """
 
     def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp"):
-        if not env.info.jittable:
+        if not (env.info.jittable or env.info.xla_step):
             raise ValueError(f"{env.info.name} is a host environment; use HostActor")
         self.env = env
         self.rollout_length = rollout_length
@@ -102,7 +105,7 @@ class AnakinActor:
             carry, (obs, action, log_prob, tr) = jax.lax.scan(step, carry, None, length=rollout_length)
             return carry, _rollout_from_steps(obs, action, log_prob, tr)
 
-        self._reset = jax.jit(env.reset)
+        self._reset = jax.jit(env.reset) if env.info.jittable else env.reset
         # The traceable rollout ``(params, carry) -> (carry, Rollout)``, for loops that fuse it into a
         # larger program (the Anakin loop); ``rollout`` is its jitted form.
         self.rollout_fn = lambda p, c: _run(p, c, False)
@@ -122,7 +125,13 @@ class AnakinActor:
         return carry, rollout, {}
 
     def time_env_only(self, carry: ActorCarry) -> float:
-        """Wall seconds of ``T`` steps of the same envs with random actions and no policy (the ceiling)."""
+        """Wall seconds of ``T`` steps of the same envs with random actions and no policy (the ceiling).
+
+        Raises:
+          ValueError: for an ``xla_step`` env (the random steps would advance the run's own envs).
+        """
+        if not self.env.info.jittable:
+            raise ValueError(f"{self.env.info.name}: env-only timing needs a pure (gymnax) env")
         if not self._env_only_compiled:  # compile on first use, untimed
             jax.block_until_ready(self._env_only(carry))
             self._env_only_compiled = True

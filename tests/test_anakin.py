@@ -39,7 +39,10 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(loop="anakin", env="envpool:CartPole-v1"), "needs a jittable .gymnax. env; use --loop sequential"),
+    (dict(loop="anakin", env="envpool:CartPole-v1", num_seeds=2),
+     "bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1: .* vmap cannot copy"),
+    (dict(loop="anakin", env="envpool:HalfCheetah-v4"),
+     "bad --loop anakin for envpool:HalfCheetah-v4: .*64-bit arrays"),
     (dict(loop="anakin", distill_async=True), "drop --distill-async .* or use --loop sequential"),
     (dict(loop="sequential", num_seeds=2), "bad --num-seeds 2 with --loop sequential"),
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
@@ -68,6 +71,35 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
+def test_anakin_refuses_envpool_on_several_devices(monkeypatch):
+    """XLA's partitioner rejects envpool's side-effecting step in a program over several devices."""
+    from accerl_jax.loops import anakin
+
+    monkeypatch.setattr(anakin.jax, "local_device_count", lambda: 2)
+    with pytest.raises(ConfigError, match="bad --loop anakin for envpool:CartPole-v1 on 2 local devices"):
+        loop.resolve_loop(Config(env="envpool:CartPole-v1", loop="anakin"))
+
+
+def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_does(tmp_path):
+    """--loop anakin with envpool: the pool stepped inside the jitted program (envpool's XLA interface)
+    gives the sequential loop's run on host envpool (sync envpool is deterministic per seed): the same
+    episodes (each ending in a reset step that must be invalid, or the counts would differ) and returns,
+    and to float32 rounding the same parameters."""
+    flags = dict(env="envpool:CartPole-v1", log_every=4, checkpoint_every=UPDATES, compressor="mask:0.5")
+    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **flags))
+    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **flags))
+    assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    assert fused["episodes"] >= 4  # 32 steps per env: every env finished an episode and reset
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
+        assert fused[key] == staged[key], key
+    assert all(np.isfinite(fused[k]) for k in ("kl_learner_actor", "abs_log_rho_mean", "final_return_mean"))
+    a = checkpoint.read_leaves(str(tmp_path / "fused"), UPDATES)
+    b = checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
+    assert list(a) == list(b) and list(a)[-1] == ".actor"  # the actor's key only: a host pool is not saved
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+
+
 def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path):
     """--num-seeds 2: seed 0 of the vmapped program is the single-seed run; seed 1 is another run."""
     one, _ = single
@@ -88,12 +120,25 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
 
 
 @pytest.mark.slow
-def test_anakin_default_job_solves_cartpole(tmp_path):
+@pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "envpool:CartPole-v1"])
+def test_anakin_default_job_solves_cartpole(tmp_path, env):
     """The default job (800k steps, distill:small, V-trace) in the Anakin loop reaches CartPole's solved
-    return (mean of the last 100 episodes >= 475)."""
-    summary = loop.train(Config(loop="anakin", logdir=str(tmp_path / "run"), progress=False))
+    return (mean of the last 100 episodes >= 475), with gymnax or with envpool through its XLA interface."""
+    summary = loop.train(Config(env=env, loop="anakin", logdir=str(tmp_path / "run"), progress=False))
     assert summary["loop"] == "anakin" and summary["stopped"] is None
     assert summary["final_return_mean"] >= 475.0
+
+
+@pytest.mark.slow
+def test_anakin_runs_envpool_atari_end_to_end(tmp_path):
+    """envpool Pong (uint8 frames [4, 84, 84], a CNN) through envpool's XLA interface in the Anakin
+    program: a tiny run finishes with finite metrics (slow: the fused CNN program compiles for minutes
+    on a loaded CPU)."""
+    summary = loop.train(tiny(tmp_path / "run", env="envpool:Pong-v5", loop="anakin", num_envs=2,
+                              total_steps=2 * 8 * 2))
+    assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == 2
+    assert summary["learner_network"]["family"] == "cnn" and summary["total_env_steps"] == 32
+    assert np.isfinite(summary["kl_learner_actor"]) and np.isfinite(summary["abs_log_rho_mean"])
 
 
 def test_family_jit_nests_inside_another_jit():

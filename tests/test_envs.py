@@ -264,6 +264,34 @@ def _envpool_rollout(env, actions) -> tuple[np.ndarray, Transition]:
     return first_obs, Transition(*[np.stack(x) for x in zip(*trs)])
 
 
+@pytest.mark.parametrize("limit", [None, 5], ids=["terminations", "time-limit"])
+def test_envpool_xla_step_in_a_jitted_scan_equals_the_host_step(monkeypatch, limit):
+    """envpool's XLA interface stepped inside one jitted ``lax.scan`` (the Anakin loop's way) gives the
+    host adapter's transitions exactly: sync envpool is deterministic per seed, and the reset rule is the
+    same (the step after an episode ends is invalid, pays 0 and is not counted)."""
+    b, t = 3, 40
+    if limit:
+        make = lambda: _envpool_with_limit(monkeypatch, limit, b)  # noqa: E731
+        actions = np.asarray([np.full(b, s % 2) for s in range(t)], np.int32)
+    else:
+        make = lambda: make_env("envpool:CartPole-v1", b, seed=0)  # noqa: E731
+        actions = np.zeros((t, b), np.int32)
+    first, host = _envpool_rollout(make(), actions)
+    env = make().xla()
+    assert env.info.xla_step and not env.info.jittable
+    state, obs = env.reset()
+    _, tr = jax.jit(lambda s, a: jax.lax.scan(env.step, s, a))(state, jnp.asarray(actions))
+    np.testing.assert_array_equal(np.asarray(obs), first)
+    for name in Transition._fields:
+        got, want = np.asarray(getattr(tr, name)), getattr(host, name)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    done = np.asarray(tr.terminated | tr.truncated)
+    assert done.sum() >= 2 * b and (np.any(tr.truncated) == bool(limit))
+    np.testing.assert_array_equal(np.asarray(tr.valid), np.concatenate([np.ones((1, b), bool), ~done[:-1]]))
+    assert not np.any(np.asarray(tr.reward)[~np.asarray(tr.valid)])
+
+
 def _envpool_with_limit(monkeypatch, limit, b=2, seed=0):
     """An EnvpoolEnv whose envpool.make gets ``max_episode_steps=limit`` (the adapter has no such option)."""
     import envpool

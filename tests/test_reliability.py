@@ -233,17 +233,23 @@ def test_real_signal_saves_checkpoint_and_resumes(tmp_path, signum, code):
     assert updates == sorted(set(updates)) and updates[-1] == 200
 
 
-def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch):
-    """Host envs cannot be saved: only the actor's key is; the resumed run restarts the envs and finishes."""
+@pytest.mark.parametrize("which", ["sequential", pytest.param("anakin", marks=pytest.mark.slow)])  # ~25 s
+def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch, which):
+    """Host envs cannot be saved: only the actor's key is; the resumed run restarts the envs and finishes
+    (the Anakin loop steps the pool through envpool's XLA interface; the Sebulba loop's resume:
+    tests/test_sebulba.py)."""
     cfg = dict(env="envpool:CartPole-v1", total_steps=4 * 16 * 6, num_envs=4, rollout_length=16,
-               compressor="mask:0.5", loop="sequential")  # the Sebulba loop's resume: tests/test_sebulba.py
+               compressor="mask:0.5", loop=which)
     logdir = tmp_path / "run"
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
     first = loop.train(tiny(logdir, **cfg))
-    assert first["stopped"] == "interrupted" and first["updates"] == 3
+    stop_at = 3 if which == "sequential" else 4  # Anakin: the chunk of updates 3-4 finishes
+    assert first["stopped"] == "interrupted" and first["updates"] == stop_at
     monkeypatch.undo()
     summary = loop.train(tiny(None, resume=str(logdir), **cfg))
     assert summary["stopped"] is None and summary["updates"] == 6 and summary["total_env_steps"] == 4 * 16 * 6
+    assert summary["resumed_from_update"] == stop_at and summary["loop"] == which
+    assert summary["episodes"] > first["episodes"] and np.isfinite(summary["final_return_mean"])
     assert list(checkpoint.read_leaves(str(logdir), 6))[-1] == ".actor"  # the key, not the host env state
 
 

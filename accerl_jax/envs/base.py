@@ -30,6 +30,8 @@ class EnvInfo:
         *clip* each action to them before stepping the environment; the actor stores the unclipped
         sample and its log-prob, so the importance ratios stay those of the Gaussian (cleanrl's
         ``ClipAction`` convention).
+      xla_step: True when ``step`` (not ``reset``) may run inside a jitted program although the env is
+        a host one: envpool's XLA interface (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`).
     """
 
     name: str
@@ -43,6 +45,7 @@ class EnvInfo:
     action_shape: tuple[int, ...] = ()
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    xla_step: bool = False
 
     @property
     def continuous(self) -> bool:

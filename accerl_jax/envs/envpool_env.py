@@ -6,6 +6,10 @@ transition; this adapter marks it ``valid = False`` so it gets zero weight in ev
 (docs/DESIGN.md, "Conventions"). At the step that ends an episode envpool returns the true final
 observation, so ``next_obs`` is simply the returned observation.
 
+:class:`EnvpoolXlaEnv` steps the same pool through envpool's XLA interface (``env.xla()``) inside a
+jitted program (the Anakin loop), with the same reset rule and bookkeeping (one function, :func:`_transition`,
+in numpy on the host and in ``jax.numpy`` in the program).
+
 Known limitation: envpool reports an episode that terminates on its last allowed step as truncated. For
 Atari the adapter recovers the termination from ``info["terminated"]``; for classic control (e.g.
 ``CartPole-v1``, a fall exactly at step 500) envpool exposes nothing to recover it from, so that one
@@ -13,8 +17,11 @@ step bootstraps when it should not.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax.envs.base import EnvInfo
@@ -82,6 +89,15 @@ class EnvpoolEnv:
             **action,
         )
 
+    def xla(self) -> "EnvpoolXlaEnv":
+        """This pool behind envpool's XLA interface (:class:`EnvpoolXlaEnv`); the host ``step`` must not
+        be used on it afterwards (both would advance the same environments).
+
+        Raises:
+          ValueError: see :func:`check_xla`.
+        """
+        return EnvpoolXlaEnv(self)
+
     def _cast(self, obs: np.ndarray) -> np.ndarray:
         return obs.astype(self._obs_dtype, copy=False)
 
@@ -104,21 +120,26 @@ class EnvpoolEnv:
         return _transition(state, self._cast, *self._env.step(self._action(action)))
 
 
-def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info) -> tuple[EnvpoolState, Transition]:
+def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info,
+                xp=np) -> tuple[EnvpoolState, Transition]:
     """The adapter's :class:`Transition` for one envpool result, given the bookkeeping ``state`` of the
-    same environments (``[M]`` arrays, in the result's order); returns the updated bookkeeping too."""
+    same environments (``[M]`` arrays, in the result's order); returns the updated bookkeeping too.
+
+    Pure array code in the array module ``xp``: ``numpy`` on the host (:class:`EnvpoolEnv`,
+    :class:`AsyncEnvpoolEnv`), ``jax.numpy`` inside a jitted program (:class:`EnvpoolXlaEnv`).
+    """
     if "terminated" in info:
         # Atari reports game over in info even when the time limit cut the same step (then envpool's
         # own flags say truncated only); a true termination must not bootstrap.
         terminated = terminated | info["terminated"].astype(bool)
     obs = cast(obs)
-    reward = reward.astype(np.float32)
+    reward = reward.astype(xp.float32)
     valid = ~state.needs_reset
     terminated = terminated & valid
     truncated = truncated & valid & ~terminated
     done = terminated | truncated
-    ep_ret = state.episode_return + np.where(valid, reward, 0.0).astype(np.float32)
-    ep_len = state.episode_length + valid.astype(np.int32)
+    ep_ret = state.episode_return + xp.where(valid, reward, 0.0).astype(xp.float32)
+    ep_len = state.episode_length + valid.astype(xp.int32)
     transition = Transition(
         obs=obs,
         next_obs=obs,
@@ -130,9 +151,78 @@ def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, i
         episode_length=ep_len,
     )
     new_state = EnvpoolState(
-        done, np.where(done, 0.0, ep_ret).astype(np.float32), np.where(done, 0, ep_len).astype(np.int32)
+        done, xp.where(done, 0.0, ep_ret).astype(xp.float32), xp.where(done, 0, ep_len).astype(xp.int32)
     )
     return new_state, transition
+
+
+def check_xla(env_id: str) -> None:
+    """Refuse an envpool task that envpool's XLA interface cannot carry in this JAX.
+
+    The interface declares its buffers in JAX's canonical dtypes: without ``jax_enable_x64`` a 64-bit
+    array (MuJoCo's float64 observations and actions) is declared 32-bit while envpool writes 64-bit
+    values into it. An id that is not an envpool task passes (the adapter's constructor names it).
+
+    Raises:
+      ValueError: naming the task and its 64-bit arrays.
+    """
+    import envpool
+
+    if env_id not in envpool.list_all_envs() or jax.config.jax_enable_x64:
+        return
+    spec = envpool.make_spec(env_id)
+    wide = sorted(k for k, v in {**spec.state_array_spec, **spec.action_array_spec}.items()
+                  if np.dtype(v.dtype).itemsize == 8)
+    if wide:
+        raise ValueError(f"envpool:{env_id} has 64-bit arrays ({', '.join(wide)}), which envpool's XLA interface "
+                         "cannot pass in JAX's default 32-bit mode")
+
+
+class EnvpoolXlaState(NamedTuple):
+    """The :class:`EnvpoolXlaEnv` state: envpool's XLA handle and the bookkeeping, as JAX arrays ``[B]``."""
+
+    handle: jax.Array  # [8] uint8: envpool's XLA handle; each step's output handle orders the next step after it
+    book: EnvpoolState  # needs_reset, episode_return, episode_length, as jax arrays
+
+
+class EnvpoolXlaEnv:
+    """An :class:`EnvpoolEnv`'s pool stepped through envpool's XLA interface (``env.xla()``), so that
+    ``step`` runs inside a jitted program (``lax.scan``; the Anakin loop, issue 5).
+
+    ``step(state, action) -> (state, Transition)`` is traceable and has the host adapter's semantics
+    (the module docstring; :func:`_transition`). It is a side-effecting call on the one pool, not a pure
+    function: each step's handle is threaded through the state, so steps run in order; the state must
+    never be stepped twice or copied into ``vmap`` (each copy would step the same pool), and a program
+    partitioned over several devices is rejected by XLA. ``reset`` runs on the host; the pool's state
+    cannot be saved.
+
+    Raises:
+      ValueError: see :func:`check_xla`.
+    """
+
+    def __init__(self, env: EnvpoolEnv):
+        check_xla(env.info.name.partition(":")[2])
+        self._host = env
+        self.info = dataclasses.replace(env.info, xla_step=True)
+        handle, _, _, self._step = env._env.xla()
+        self._handle = jnp.asarray(handle)
+
+    def reset(self, key=None) -> tuple[EnvpoolXlaState, jax.Array]:
+        """Reset all environments on the host (``key`` is ignored); returns the state and ``obs [B, ...]``."""
+        state, obs = self._host.reset()
+        return EnvpoolXlaState(self._handle, EnvpoolState(*map(jnp.asarray, state))), jnp.asarray(obs)
+
+    def step(self, state: EnvpoolXlaState, action: jax.Array) -> tuple[EnvpoolXlaState, Transition]:
+        """Step with ``action [B]`` int32 (or ``[B, D]`` float32, clipped to the bounds), traceable;
+        returns :class:`Transition` fields ``[B, ...]`` as JAX arrays."""
+        info = self.info
+        if info.continuous:
+            action = jnp.clip(action, jnp.asarray(info.action_low)[None], jnp.asarray(info.action_high)[None])
+        action = action.astype(jnp.float32 if info.continuous else jnp.int32)
+        handle, (obs, reward, terminated, truncated, extra) = self._step(state.handle, action)
+        book, transition = _transition(state.book, lambda o: o.astype(info.obs_dtype), obs, reward,
+                                       terminated, truncated, extra, xp=jnp)
+        return EnvpoolXlaState(handle, book), transition
 
 
 class AsyncEnvpoolEnv(EnvpoolEnv):

@@ -1,7 +1,7 @@
 """The Anakin loop (``--loop anakin``; the default for gymnax): the whole actor-learner iteration in one
 jitted program (Podracer's Anakin, Hessel et al. 2021, https://arxiv.org/abs/2104.06272; issue 5).
 
-One *update* is: a rollout of ``T`` steps of the ``B`` gymnax envs with the compressed policy the actor
+One *update* is: a rollout of ``T`` steps of the ``B`` envs with the compressed policy the actor
 was given, the Corrector and learner update with the non-finite guard fused in
 (:func:`accerl_jax.guard.guard_update`), and re-compression of the new learner parameters every
 ``--compress-every`` updates. A *chunk* of updates (up to the next ``--log-every`` /
@@ -12,6 +12,14 @@ Pipelining: the actor acts with the compressed parameters made ``--policy-lag`` 
 (a fixed-length tuple in the scan carry, oldest first), and each set carries its *policy version* (the
 update after which it was compressed), so the lag of the acting policy behind the learner is known at
 every update and logged as ``policy_lag_versions``.
+
+Environments: gymnax envs are pure functions, stepped in the program. envpool envs (only by an explicit
+``--loop anakin``; ``--loop auto`` picks Sebulba for them) are stepped in the same program through
+envpool's XLA interface (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`): each step is a
+side-effecting call on the one host pool, ordered by the handle threaded through the scan carry, with the
+host adapter's reset rule (envpool's reset step is ``valid = False``). The pool cannot be copied, so
+envpool runs take one seed and one local device; its state cannot be saved, so a checkpoint keeps the
+actor's key and ``--resume`` restarts the envs (as the sequential loop does).
 
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state; each seed gets ``<logdir>/seed<k>/`` (metrics.csv, summary.json, curves)
@@ -32,7 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from accerl_jax import checkpoint, networks, xla
 from accerl_jax import guard as guard_lib
 from accerl_jax import learner as learner_lib
-from accerl_jax.actor import ActorCarry
+from accerl_jax.actor import ActorCarry, AnakinActor
 from accerl_jax.guard import FINITE, guard_update, quantity
 from accerl_jax.monitor import Monitor
 from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
@@ -179,6 +187,8 @@ def restored_state(run: Run, skipped) -> AnakinState:
     ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
     cfg, completed = run.cfg, run.start_update
     learner, lagged, comp_state, carry = run.restored
+    if not run.info.jittable:  # host (envpool) envs cannot be saved: they restart, the actor's key continues
+        carry = run.actor.reset(run.k_actor)._replace(key=carry)
     lag = cfg.policy_lag + 1
     lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
     versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
@@ -196,15 +206,17 @@ def restored_state(run: Run, skipped) -> AnakinState:
 def check_anakin(cfg, jittable: bool) -> None:
     """Refuse what the Anakin loop cannot run.
 
+    ``jittable`` is False for a host (envpool) env, which the loop steps through envpool's XLA interface.
+
     Raises:
-      ConfigError: a host (envpool) env, ``--distill-async`` (a host thread cannot run inside the
-        jitted program) or ``--compressor auto`` (it switches on the host).
+      ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program),
+        ``--compressor auto`` (it switches on the host); for envpool: ``--num-seeds`` > 1 (``vmap``
+        cannot copy the one host pool), more than one local device (XLA cannot partition envpool's
+        side-effecting step over devices), or a task with 64-bit arrays
+        (:func:`accerl_jax.envs.envpool_env.check_xla`).
     """
     from accerl_jax.config import ConfigError
 
-    if not jittable:
-        raise ConfigError(f"bad --loop anakin for {cfg.env}: the Anakin loop steps the envs inside one jitted "
-                          "program and needs a jittable (gymnax) env; use --loop sequential")
     if cfg.distill_async:
         raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
                           "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
@@ -213,6 +225,33 @@ def check_anakin(cfg, jittable: bool) -> None:
         raise ConfigError("bad --compressor auto with --loop anakin: auto measures and switches its candidates on "
                           "the host between updates, which the Anakin loop's jitted program cannot do; use --loop "
                           "sequential (what --loop auto picks for it) or a fixed compressor")
+    if jittable:
+        return
+    if cfg.num_seeds > 1:
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop anakin and {cfg.env}: the Anakin loop "
+                          "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "
+                          "seed; use --num-seeds 1 (one run per seed) or a gymnax env")
+    if jax.local_device_count() > 1:
+        # Measured: XLA's SPMD partitioner rejects the program ("Side-effect HLO must have sharding").
+        raise ConfigError(f"bad --loop anakin for {cfg.env} on {jax.local_device_count()} local devices: the "
+                          "Anakin program is partitioned over the devices, and envpool's side-effecting XLA step "
+                          "on its one host pool cannot be; use --loop sebulba (or sequential), or one device")
+    from accerl_jax.envs.envpool_env import check_xla
+
+    try:
+        check_xla(cfg.env.partition(":")[2])
+    except ValueError as err:
+        raise ConfigError(f"bad --loop anakin for {cfg.env}: {err}; use --loop sebulba or sequential") from None
+
+
+def fused_actor_run(run: Run) -> Run:
+    """``run`` with an actor the Anakin program can fuse: a host (envpool) env's :class:`~accerl_jax.actor.HostActor`
+    is replaced by an :class:`~accerl_jax.actor.AnakinActor` over the same pool's XLA interface; a gymnax
+    run is returned as it is."""
+    if run.info.jittable:
+        return run
+    actor = AnakinActor(run.env.xla(), run.actor_apply, run.cfg.rollout_length, family=run.spec.family)
+    return dataclasses.replace(run, actor=actor)
 
 
 def record_chunk(monitor: Monitor, out: UpdateOutput, updates: int, steps_per_update: int) -> None:
@@ -239,6 +278,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
       ConfigError: see :func:`check_anakin`.
       accerl_jax.signals.Interrupted: a signal before the first chunk of this session finished.
     """
+    run = fused_actor_run(run)
     cfg, info, saver, lock, logdir = run.cfg, run.info, run.saver, run.lock, run.logdir
     extra, num_updates, steps_per_update = run.extra, run.num_updates, run.steps_per_update
     seeds, lag = cfg.num_seeds, cfg.policy_lag + 1
@@ -264,7 +304,8 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
     def snapshot_of(s: AnakinState) -> checkpoint.TrainState:
         # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
         n = min(int(completed), cfg.policy_lag) + 1
-        return checkpoint.TrainState(s.learner, s.actor_params[lag - n:], s.compressor, s.carry)
+        return checkpoint.TrainState(s.learner, s.actor_params[lag - n:], s.compressor,
+                                     checkpoint.host_key_only(s.carry, info.jittable))
 
     def save(step: int) -> None:
         deferring, stop.deferring = stop.deferring, True  # a signal never cuts a checkpoint write short
