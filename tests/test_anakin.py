@@ -33,9 +33,10 @@ def single(tmp_path_factory):
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
     assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sebulba"
-    # Asynchronous distillation and auto compression run on the host: auto falls back to the sequential loop.
+    # Asynchronous distillation runs in a host thread: auto falls back to the sequential loop. Auto
+    # compression switches at the Anakin loop's chunk boundaries (tests/test_auto.py).
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "sequential"
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "anakin"
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -148,13 +148,17 @@ class AutoCompressor:
 
     # --- the Compressor interface -------------------------------------------------------------------
     def init(self, params, key, obs=None):
-        """Every candidate's state; the actor starts with the first candidate. Returns ``(actor_params, AutoState)``."""
-        states, first = {}, None
-        for i, (k, c, sub) in enumerate(zip(self.keys, self.candidates, jax.random.split(key, len(self.keys)))):
-            p, states[k] = c.init(params, sub) if obs is None else c.init(params, sub, obs)
-            if i == 0:
-                first = p
-        return {self.keys[0]: first}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
+        """The first candidate's actor params and state; the others' states are None until an evaluation
+        first warms them (:meth:`_warm`: their ``init`` then runs on the learner's parameters of that
+        time, each with its own key split from ``key``). Returns ``(actor_params, AutoState)``."""
+        self._init_keys = list(jax.random.split(key, len(self.keys)))
+        p, first = self._init(0, params, obs)
+        states = {k: first if i == 0 else None for i, k in enumerate(self.keys)}
+        return {self.keys[0]: p}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
+
+    def _init(self, i: int, params, obs):
+        c, key = self.candidates[i], self._init_keys[i]
+        return c.init(params, key) if obs is None else c.init(params, key, obs)
 
     def compress(self, params, state: AutoState, obs):
         """The running candidate's ``compress``; the other candidates' states are left as they are."""
@@ -292,8 +296,10 @@ class AutoCompressor:
             rows[self.specs[i]] = {"kl": float(div["kl_learner_actor"]), "agreement": float(div["action_agreement"])}
 
         measure(current)
-        timed = all(s in self.forward_s for s in self.specs)
-        if timed and rows[running]["kl"] <= self.max_kl:
+        if not all(s in self.forward_s for s in self.specs):  # the first evaluation: time every candidate
+            reps = -(-self.speed_forwards // obs.shape[0])  # reset observations ([1, B]) are repeated
+            self._time(params, fresh, obs_flat, jnp.concatenate([obs] * reps)[: self.speed_forwards])
+        if rows[running]["kl"] <= self.max_kl:
             # The running candidate qualifies: only a faster one can be chosen instead.
             todo = [i for i, s in enumerate(self.specs) if self.forward_s[s] < self.forward_s[running]]
         else:
@@ -304,14 +310,12 @@ class AutoCompressor:
         if not todo:
             self.skipped_evaluations += 1
             return actor_params, AutoState(state.current, jnp.int32(update), jnp.int32(cooldown), states), None
-        for i in todo:
-            s = states[self.keys[i]]
-            for _ in range(self.warmup):
-                p, s = self.candidates[i].compress(params, s, obs_flat)
-            states[self.keys[i]], fresh[i] = s, p
+        # Fastest first: the first within the bound is the choice, so the slower ones are never warmed.
+        for i in sorted(todo, key=lambda i: self.forward_s[self.specs[i]]):
+            fresh[i], states[self.keys[i]] = self._warm(i, params, states[self.keys[i]], obs_flat)
             measure(i)
-        reps = -(-self.speed_forwards // obs.shape[0])  # reset observations ([1, B]) are repeated
-        self._time(params, fresh, jnp.concatenate([obs] * reps)[: self.speed_forwards])
+            if rows[self.specs[i]]["kl"] <= self.max_kl:
+                break
         for spec, row in rows.items():
             row["forward_s"] = self.forward_s[spec]
             row["speedup_vs_none"] = self.base_forward_s / self.forward_s[spec]
@@ -331,7 +335,7 @@ class AutoCompressor:
                       f"(KL {rows[chosen]['kl']:.3g})")
         slower = [s for s in self.specs if s not in rows]
         if slower:
-            reason += f"; not evaluated (slower than {running}, which is within the bound): {', '.join(slower)}"
+            reason += f"; not evaluated (slower than {chosen}, which is within the bound): {', '.join(slower)}"
         why = {"initial": "first evaluation",
                "periodic": f"{self.every} updates since the last evaluation",
                "divergence": f"running {running} measured KL {measured.get('kl', float('nan')):.3g} > "
@@ -352,12 +356,28 @@ class AutoCompressor:
         new_state = AutoState(jnp.int32(j), jnp.int32(update), jnp.int32(cooldown), states)
         return {self.keys[j]: fresh[j]}, new_state, decision
 
-    def _time(self, params, fresh: dict, obs_seq) -> None:
-        """Measure the forward seconds of candidates not timed yet (and the learner's), interleaved;
-        ``fresh``: candidate index -> its actor params (every candidate not timed yet is in it)."""
+    def _warm(self, i: int, params, state, obs_flat):
+        """Candidate ``i``'s actor params after ``warmup`` ``compress`` calls from ``state`` (its first
+        ``init`` when None). Returns ``(actor_params, state)``."""
+        if state is None:
+            p, state = self._init(i, params, obs_flat)
+        for _ in range(self.warmup):
+            p, state = self.candidates[i].compress(params, state, obs_flat)
+        return p, state
+
+    def _time(self, params, fresh: dict, obs_flat, obs_seq) -> None:
+        """Measure the forward seconds of candidates not timed yet (and the learner's), interleaved, on
+        ``obs_seq [K, B, ...]``. ``fresh``: candidate index -> actor params; a candidate not in it is timed
+        on zeros of its actor params' shapes and dtypes (the time depends on those, not on the values), so
+        that timing compiles only its forward pass."""
         todo = [i for i, s in enumerate(self.specs) if s not in self.forward_s]
         if not todo:
             return
+        fresh = dict(fresh)
+        for i in todo:
+            if i not in fresh:
+                shapes = jax.eval_shape(lambda p, i=i: self._init(i, p, obs_flat)[0], params)
+                fresh[i] = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         times: dict[int, list] = {i: [] for i in todo}
         base: list = []
         for _ in range(self.rounds):

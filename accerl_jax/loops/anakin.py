@@ -499,7 +499,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
                   speed_report=speed_report, loop="anakin", fused_wait_s=fused_wait, num_seeds=seeds,
                   compress_every=cfg.compress_every, env_time_source="not split: one fused program",
                   policy_lag_versions=float(last_metrics[0].get("policy_lag_versions", np.nan)),
-                  **(chunk_fn.summary() if isinstance(chunk_fn, AutoChunks) else {}))
+                  **(chunk_fn.summary() if cfg.compressor == "auto" else {}))
     last_checkpoint = (os.path.join(logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
                        if saver.last_step is not None else None)
     if seeds == 1:
