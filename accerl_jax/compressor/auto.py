@@ -4,33 +4,41 @@ The paper fixes one compressor per run. ``auto`` holds a fixed list of candidate
 :data:`DEFAULT_CANDIDATES`) and runs the *fastest one whose divergence from the learner stays under a
 bound* (``--max-actor-kl``), re-deciding while training. One *evaluation*:
 
-1. every candidate gets actor parameters from the current learner parameters: the running one has
-   them already (compressed this update); each other one runs ``warmup`` calls of its own ``compress``
-   on the current observations. Every candidate's state is kept between evaluations, so distillation
-   students resume where they stopped rather than starting again;
+1. speed: seconds per forward pass of the actor's batch ``B``, compiled as the actor runs it
+   (``forward_timer``, :func:`accerl_jax.speed.forward_timer`), measured once per candidate, at the first
+   evaluation -- the cost depends on the network's shapes and dtypes, not on its weight values, so a
+   candidate not yet built is timed on zeros of its actor parameters' shapes -- interleaved over
+   ``rounds`` rounds (median), together with the learner's own network (``speedup_vs_none``);
 2. divergence: KL(π_learner ‖ π_candidate) (nats) and greedy-action agreement on up to ``samples``
-   current observations (the ``divergence`` function the Monitor uses);
-3. speed: seconds per forward pass of the actor's batch ``B``, compiled as the actor runs it, on current
-   observations (``forward_timer``, :func:`accerl_jax.speed.forward_timer`). It is measured once per
-   candidate, at its first evaluation -- the cost depends on the network's shapes and dtypes, not on its
-   weight values -- interleaved over ``rounds`` rounds (median), together with the learner's own network
-   (``speedup_vs_none``);
-4. choice: the fastest candidate with KL ≤ ``max_kl``; if none qualifies, the one with the smallest KL
-   (the most faithful). Between evaluations only the running candidate's ``compress`` runs.
+   current observations (the ``divergence`` function the Monitor uses), first of the running candidate
+   (its actor parameters are fresh), then of the candidates that can change the choice: if the running
+   one is within the bound, only the faster ones; else every other. They are *warmed* fastest first --
+   ``warmup`` calls of their own ``compress`` from the current learner parameters on the current
+   observations (a candidate's ``init`` runs at its first warm-up) -- and the first within the bound
+   ends the evaluation, since it is the choice. Every candidate's state is kept between evaluations, so
+   distillation students resume where they stopped rather than starting again;
+3. choice: the fastest candidate with KL ≤ ``max_kl``; if none qualifies, the one with the smallest KL
+   (the most faithful). When no candidate can change the choice (the running one is the fastest within
+   the bound), nothing is warmed: the evaluation is *skipped*, counts as done, and returns no decision
+   (``skipped_evaluations`` counts them). Between evaluations only the running candidate's ``compress`` runs.
 
-:meth:`AutoCompressor.adapt` is the loop's hook, called once per learner update after ``compress``.
-Every ``check_every`` updates it measures the running policy's KL on the current observations and the
-fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) clipped at ρ̄ (``clip_rho_threshold``), π
-being the learner parameters that computed the update; an evaluation starts when that KL exceeds
-``max_kl`` (trigger ``divergence``), the fraction of ρ above ρ̄ · :data:`CLIP_MARGIN` exceeds
-``max_clip_fraction`` (``clipping``), ``every``
-updates have passed since the last one (``periodic``), or none has run yet (``initial``). A trigger
-fires only once ``cooldown`` updates have passed since the last evaluation: ``check_every`` at first and
-after a switch, doubled (up to ``every``) each time a triggered evaluation keeps the running candidate --
-on CartPole the clipping trigger otherwise fired at nearly every check while the choice stood, and the
-evaluations made an auto run 2.5x slower than ``none`` (318 s against 126 s, measured here). Each
-evaluation returns a *decision* (a dict: trigger, chosen and previous candidate, whether it switched, a
-one-line ``reason``, and every candidate's measurements), which the loop hands to the Monitor.
+An evaluation starts when the running policy's KL exceeds ``max_kl`` (trigger ``divergence``), the
+fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) above ρ̄ · :data:`CLIP_MARGIN` exceeds
+``max_clip_fraction`` (``clipping``; ρ̄ = ``clip_rho_threshold``, π the learner parameters that computed
+the update), ``every`` updates have passed since the last one (``periodic``), or none has run yet
+(``initial``). A trigger fires only once ``cooldown`` updates have passed since the last evaluation:
+``check_every`` at first and after a switch, doubled (up to ``every``) each time a triggered evaluation
+keeps the running candidate -- on CartPole the clipping trigger otherwise fired at nearly every check
+while the choice stood, and the evaluations made an auto run 2.5x slower than ``none`` (318 s against
+126 s, measured here). Each evaluation returns a *decision* (a dict: trigger, chosen and previous
+candidate, whether it switched, a one-line ``reason``, the candidates ``evaluated`` and their
+measurements), which the loop hands to the Monitor.
+
+Two loop hooks: :meth:`AutoCompressor.adapt` (the sequential loop; once per learner update after
+``compress``, measuring the triggers every ``check_every`` updates) and :meth:`AutoCompressor.decide`
+(the Anakin loop, :class:`accerl_jax.loops.anakin.AutoChunks`; at chunk boundaries, with the triggers'
+statistics measured inside the chunk's program: :meth:`AutoCompressor.clip_fractions`, and the KL of
+the freshest policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidate`).
 
 Actor parameters are ``{candidate key: that candidate's actor params}`` with a single entry, so switching
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,

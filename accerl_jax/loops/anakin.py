@@ -16,6 +16,9 @@ every update and logged as ``policy_lag_versions``.
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state; each seed gets ``<logdir>/seed<k>/`` (metrics.csv, summary.json, curves)
 and the run's summary lists them.
+
+``--compressor auto`` (one seed) runs here too: :class:`AutoChunks` takes the decisions at chunk
+boundaries and keeps one compiled chunk program per candidate (:mod:`accerl_jax.compressor.auto`).
 """
 from __future__ import annotations
 
