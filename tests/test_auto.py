@@ -220,6 +220,7 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
         (0, "initial", "distill:tiny", True), (4, "periodic", "none", True), (8, "periodic", "distill:tiny", True)]
     # Update 12 (periodic): the fastest candidate runs within the bound, nothing to gain: skipped.
     assert summary["auto_skipped_evaluations"] == 1 and summary["auto_running"] == "distill:tiny"
+    assert summary["auto_decide_s"] > 0
     assert [(d["update"], d["chosen"]) for d in summary["auto_decisions"]] == [(d["update"], d["chosen"]) for d in lines]
     assert "auto, update 4: switched to none [periodic]" in capsys.readouterr().out
     # One program per candidate, each compiled exactly once (the switch back at update 8 compiled nothing).

@@ -280,6 +280,7 @@ class AutoChunks:
         self.auto_state = None  # the host's AutoState; its entry for the running candidate is refreshed before use
         self.last_end: ChunkEnd | None = None  # what the previous chunk measured at its end
         self.decisions: list[dict] = []
+        self.decide_s = 0.0  # host seconds spent in decisions (evaluations, switches); the loop waits for them
 
     def program(self, i: int) -> Callable:
         """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
@@ -295,7 +296,9 @@ class AutoChunks:
             obs = s.carry.obs[None]
         else:
             obs = s.obs.reshape((self.run.cfg.rollout_length, self.run.info.num_envs) + tuple(self.run.info.obs_shape))
+        start = time.perf_counter()
         s = self._decide(s, obs)
+        self.decide_s += time.perf_counter() - start
         new_state, out, end = self.program(int(self.auto_state.current))(s, active)
         self.last_end = end
         return new_state, out, end
@@ -328,7 +331,7 @@ class AutoChunks:
     def summary(self) -> dict:
         """The summary's auto fields (as the sequential loop's, plus the programs compiled)."""
         return {"auto_decisions": self.decisions, "auto_running": self.auto.running(self.auto_state),
-                "auto_skipped_evaluations": self.auto.skipped_evaluations,
+                "auto_skipped_evaluations": self.auto.skipped_evaluations, "auto_decide_s": self.decide_s,
                 "auto_chunk_programs": sorted(self.auto.specs[i] for i in self.programs)}
 
 
