@@ -135,7 +135,8 @@ def test_evaluation_warms_only_candidates_that_can_win(shared):
     # Speeds known (an earlier test timed them): the fastest, distill:tiny, is within the bound, so int8
     # (slower) was never warmed: its state is still None.
     assert comp.running(state) == "distill:tiny" and decision["evaluated"] == ["none", "distill:tiny"]
-    assert state.states[candidate_key("int8")] is None and "not evaluated (slower than distill:tiny" in decision["reason"]
+    assert state.states[candidate_key("int8")] is None
+    assert "not evaluated (slower than distill:tiny" in decision["reason"]
     # Periodic (every = 5) while running the fastest within the bound: no evaluation, no decision.
     params, skipped_state, d = comp.adapt(6, PARAMS, state, actor_params, _rollout())
     assert d is None and comp.skipped_evaluations == 1 and params is actor_params
@@ -221,7 +222,8 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     # Update 12 (periodic): the fastest candidate runs within the bound, nothing to gain: skipped.
     assert summary["auto_skipped_evaluations"] == 1 and summary["auto_running"] == "distill:tiny"
     assert summary["auto_decide_s"] > 0
-    assert [(d["update"], d["chosen"]) for d in summary["auto_decisions"]] == [(d["update"], d["chosen"]) for d in lines]
+    assert [(d["update"], d["chosen"]) for d in summary["auto_decisions"]] == [(d["update"], d["chosen"])
+                                                                              for d in lines]
     assert "auto, update 4: switched to none [periodic]" in capsys.readouterr().out
     # One program per candidate, each compiled exactly once (the switch back at update 8 compiled nothing).
     programs = chunks[0].programs
