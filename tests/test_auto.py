@@ -191,10 +191,13 @@ def test_auto_run_switches_and_logs_every_decision(tmp_path, monkeypatch, capsys
 
 
 def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path, monkeypatch, capsys):
-    """--loop auto runs auto in the Anakin loop. The KL bound is changed at chunk boundaries (huge, tiny,
-    huge) so that auto switches none -> distill:tiny (update 0) -> none (4, the student exceeds the tiny
-    bound) -> distill:tiny (8): two chunk programs, each compiled once; the learner state, the update
-    counter and the env carry continue across the switches."""
+    """--loop auto runs auto in the Anakin loop, whose triggers are measured at the end of each chunk. The
+    bounds are changed at chunk boundaries so that each trigger fires: none -> distill:tiny at update 0
+    (initial, huge KL bound), -> none at 10 (divergence: the student's KL > a tiny bound, checked once
+    the 10-update cooldown has passed), -> distill:tiny at 20 (clipping: any fraction of ρ exceeds -1;
+    only the faster student is evaluated), and at 30 the clipping trigger finds the fastest candidate
+    running within the bound: skipped. Two chunk programs, each compiled once; the learner state, the
+    update counter and the student's state continue across the switches."""
     from accerl_jax.compressor.auto import AutoCompressor
     from accerl_jax.loops import anakin
 
@@ -202,15 +205,16 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     decide = AutoCompressor.decide
 
     def scheduled_decide(self, update, *args):
-        self.max_kl = 1e-12 if 4 <= update < 8 else 1e9
+        self.max_kl = 1e-12 if 10 <= update < 20 else 1e9
+        self.max_clip_fraction = -1.0 if update >= 20 else 1.0
         return decide(self, update, *args)
 
     monkeypatch.setattr(AutoCompressor, "decide", scheduled_decide)
     chunks: list = []
     real = anakin.AutoChunks
     monkeypatch.setattr(anakin, "AutoChunks", lambda run: chunks.append(real(run)) or chunks[-1])
-    updates = 14
-    cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", auto_every=4, total_steps=4 * 8 * updates,
+    updates = 32
+    cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", auto_every=1000, total_steps=4 * 8 * updates,
                  num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0, logdir=str(tmp_path / "run"),
                  progress=False)
     assert loop.resolve_loop(cfg) == "anakin"
@@ -218,22 +222,23 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == updates
     lines = _decisions(cfg.logdir)
     assert [(d["update"], d["trigger"], d["chosen"], d["switched"]) for d in lines] == [
-        (0, "initial", "distill:tiny", True), (4, "periodic", "none", True), (8, "periodic", "distill:tiny", True)]
-    # Update 12 (periodic): the fastest candidate runs within the bound, nothing to gain: skipped.
+        (0, "initial", "distill:tiny", True), (10, "divergence", "none", True), (20, "clipping", "distill:tiny", True)]
+    assert lines[1]["measured"]["kl"] > 1e-12 and 0 <= lines[2]["measured"]["clip_fraction_margin"] <= 1
+    assert lines[2]["evaluated"] == ["none", "distill:tiny"]
     assert summary["auto_skipped_evaluations"] == 1 and summary["auto_running"] == "distill:tiny"
     assert summary["auto_decide_s"] > 0
     assert [(d["update"], d["chosen"]) for d in summary["auto_decisions"]] == [(d["update"], d["chosen"])
                                                                               for d in lines]
-    assert "auto, update 4: switched to none [periodic]" in capsys.readouterr().out
-    # One program per candidate, each compiled exactly once (the switch back at update 8 compiled nothing).
+    assert "auto, update 10: switched to none [divergence]" in capsys.readouterr().out
+    # One program per candidate, each compiled exactly once (the switch back at update 20 compiled nothing).
     programs = chunks[0].programs
     assert sorted(programs) == [0, 1] and summary["auto_chunk_programs"] == ["distill:tiny", "none"]
     assert all(p.jitted._cache_size() == 1 for p in programs.values())
-    # The learner continued across the switches: its optimizer took one step per update, and the last
-    # decision read the update counter (8) from the state the switch at update 4 produced.
+    # The learner continued across the switches: its optimizer took one step per update, and the
+    # decisions read the update counter from the states the switches produced.
     leaves = checkpoint.read_leaves(cfg.logdir, updates)
     assert int(leaves[".learner.step"]) == updates, list(leaves)
-    # The student resumed where it stopped: compress calls = 4 (warm-up, update 0) + 4 (updates 1-4)
-    # + 4 (warm-up, update 8) + 6 (updates 9-14), each of cfg.distill_steps gradient steps.
-    assert int(leaves[".compressor['distill'].steps"]) == (4 + 4 + 4 + 6) * cfg.distill_steps
+    # The student resumed where it stopped: compress calls = 4 (warm-up, update 0) + 10 (updates 1-10)
+    # + 4 (warm-up, update 20) + 12 (updates 21-32), each of cfg.distill_steps gradient steps.
+    assert int(leaves[".compressor['distill'].steps"]) == (4 + 10 + 4 + 12) * cfg.distill_steps
     assert summary["total_env_steps"] == 4 * 8 * updates and summary["actor_params"] < summary["learner_params"]
