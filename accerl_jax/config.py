@@ -33,9 +33,10 @@ class Config:
     measured under it (the most faithful if none is), and re-evaluates when the running one exceeds it."""
     auto_candidates: str = "none,int8,distill:tiny,distill:small,distill:small+int8,prune:0.5+distill"
     """--compressor auto: the candidate compressors, comma-separated --compressor specs; the first runs
-    until the first evaluation (after update 1)."""
+    until the first evaluation (at the start in the Anakin loop, after update 1 in the sequential one)."""
     auto_every: int = 100
-    """--compressor auto: re-evaluate every candidate at least every this many learner updates."""
+    """--compressor auto: re-evaluate at least every this many learner updates (only the candidates
+    that can change the choice: faster than the running one if it is within --max-actor-kl)."""
     auto_max_clip: float = 0.2
     """--compressor auto: re-evaluate when more than this fraction of the rollout's importance ratios ρ
     exceed 1.1 × --clip-rho-threshold (checked every 10 updates, with the running policy's KL)."""

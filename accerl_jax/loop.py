@@ -31,7 +31,7 @@ LOOPS = ("auto", "anakin", "sequential", "sebulba")
 
 def resolve_loop(cfg: Config) -> str:
     """The loop ``cfg.loop`` names (``auto``: ``anakin`` for jittable gymnax envs, ``sebulba`` for
-    envpool; ``sequential`` for gymnax when ``--distill-async`` or ``--compressor auto`` is set).
+    envpool; ``sequential`` for gymnax when ``--distill-async`` is set).
 
     Raises:
       ConfigError: for a name outside :data:`LOOPS`, ``--num-seeds`` > 1 with a loop other than anakin,
@@ -45,8 +45,8 @@ def resolve_loop(cfg: Config) -> str:
         if cfg.env.startswith("envpool:"):
             loop = "sebulba"
         else:
-            host_compressor = cfg.distill_async or cfg.compressor == "auto"  # they run on the host
-            loop = "anakin" if jittable and (not host_compressor or cfg.num_seeds > 1) else "sequential"
+            # Asynchronous distillation runs in a host thread; auto switches at the Anakin chunk boundaries.
+            loop = "anakin" if jittable and (not cfg.distill_async or cfg.num_seeds > 1) else "sequential"
     if cfg.num_seeds > 1 and loop != "anakin":
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
                           "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "

@@ -163,6 +163,9 @@ def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool, 
                                  for d in summary["auto_decisions"]]
         run["auto_running"] = summary["auto_running"]
         run["auto_candidates"] = cfg.auto_candidates
+        # Anakin loop only: host seconds in decisions, and the periodic evaluations skipped as having nothing to gain.
+        run["auto_decide_s"] = summary.get("auto_decide_s")
+        run["auto_skipped_evaluations"] = summary.get("auto_skipped_evaluations")
     return run
 
 

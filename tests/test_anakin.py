@@ -33,9 +33,10 @@ def single(tmp_path_factory):
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
     assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sebulba"
-    # Asynchronous distillation and auto compression run on the host: auto falls back to the sequential loop.
+    # Asynchronous distillation runs in a host thread: auto falls back to the sequential loop. Auto
+    # compression switches at the Anakin loop's chunk boundaries (tests/test_auto.py).
     assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "sequential"
+    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "anakin"
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -48,7 +49,8 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
     (dict(loop="anakin", compress_every=0), "bad --compress-every 0"),
     (dict(loop="anakin", num_seeds=0), "bad --num-seeds 0"),
-    (dict(loop="anakin", compressor="auto"), "bad --compressor auto with --loop anakin"),
+    (dict(loop="anakin", compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
+    (dict(compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
     (dict(loop="sebulba", env="envpool:CartPole-v1", compressor="auto"), "bad --compressor auto with --loop sebulba"),
 ])
 def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):

@@ -1,5 +1,10 @@
 """``--compressor auto`` (accerl_jax.compressor.auto): its choice under a tiny and a huge KL bound, its
-triggers, parameter-structure switching in the loop, and the logged decisions (issue 6)."""
+triggers, evaluations that warm only the candidates able to change the choice, parameter-structure
+switching in the sequential and the Anakin loop (one compiled chunk program per candidate, the learner
+state continuing across switches), and the logged decisions (issue 6).
+
+The candidates' speeds come from a deterministic timer (parameter bytes: distill:tiny < int8 < none, so
+the ranking does not depend on the load of the machine)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import loop, networks, speed
+from accerl_jax import checkpoint, loop, networks, speed
 from accerl_jax.compressor import make_compressor
 from accerl_jax.compressor.auto import CLIP_MARGIN, auto, candidate_key, parse_candidates
 from accerl_jax.config import Config
@@ -24,16 +29,21 @@ PARAMS = networks.init_params(SPEC, jax.random.PRNGKey(0))
 OBS = jax.random.normal(jax.random.PRNGKey(1), (T, B, 4))
 
 
+def bytes_timer(apply, family="mlp"):
+    """A forward timer ranking candidates by their parameter bytes (seconds: 1 ns per byte)."""
+    return lambda params, obs: 1e-9 * networks.param_bytes(params)
+
+
 @pytest.fixture(scope="module")
 def shared():
     """One AutoCompressor for the unit tests (its jitted functions compile once); each test sets its bounds."""
     return auto("none,distill:tiny,int8", SPEC, APPLY, lambda s: make_compressor(s, SPEC, APPLY, distill_steps=2),
-                divergence=policy_divergence, forward_timer=speed.forward_timer, max_kl=1.0, every=5,
+                divergence=policy_divergence, forward_timer=bytes_timer, max_kl=1.0, every=5,
                 check_every=2, warmup=1, rounds=1)
 
 
 def _with(comp, max_kl, max_clip_fraction=0.2):
-    comp.max_kl, comp.max_clip_fraction, comp.decisions = max_kl, max_clip_fraction, []
+    comp.max_kl, comp.max_clip_fraction, comp.decisions, comp.skipped_evaluations = max_kl, max_clip_fraction, [], 0
     return comp
 
 
@@ -98,6 +108,8 @@ def test_triggers_clipping_divergence_and_periodic(shared):
     assert comp.adapt(2, PARAMS, state, actor_params, _rollout(-0.5))[2] is None  # within the cooldown (2)
     _, kept_state, d = comp.adapt(4, PARAMS, state, actor_params, _rollout(-0.5))
     assert d["trigger"] == "clipping" and d["measured"]["clip_fraction_margin"] == 1.0 and "of rho above" in d["reason"]
+    # `none` runs within the bound: only the faster candidates can replace it, and are evaluated (both here).
+    assert d["evaluated"] == ["none", "distill:tiny", "int8"]
     # The choice stood: the next trigger waits twice as long (4 updates), while ρ stays clipped.
     assert not d["switched"] and int(kept_state.cooldown) == 4 and d["next_trigger_cooldown"] == 4
     assert comp.adapt(6, PARAMS, kept_state, actor_params, _rollout(-0.5))[2] is None
@@ -110,8 +122,38 @@ def test_triggers_clipping_divergence_and_periodic(shared):
     student_params, student_state = comp.compress(PARAMS, student_state, OBS.reshape(-1, 4))
     params, new_state, d = comp.adapt(4, PARAMS, student_state, student_params, _rollout())
     assert d["trigger"] == "divergence" and d["previous"] == "distill:tiny" and d["chosen"] == "none"
+    assert d["evaluated"] == ["none", "distill:tiny", "int8"]  # over the bound: every candidate is evaluated
     assert d["switched"] and list(params) == ["none"] and int(new_state.last_evaluation) == 4
     assert [x["trigger"] for x in comp.decisions] == ["initial", "clipping", "clipping", "periodic", "divergence"]
+
+
+def test_evaluation_warms_only_candidates_that_can_win(shared):
+    """With every speed known and the running candidate within the bound, only faster candidates are
+    evaluated; running the fastest, the evaluation is skipped (nothing to gain) but counts as done."""
+    comp = _with(shared, max_kl=1e9)
+    actor_params, state, decision = _first_decision(comp)
+    # Speeds known (an earlier test timed them): the fastest, distill:tiny, is within the bound, so int8
+    # (slower) was never warmed: its state is still None.
+    assert comp.running(state) == "distill:tiny" and decision["evaluated"] == ["none", "distill:tiny"]
+    assert state.states[candidate_key("int8")] is None
+    assert "not evaluated (slower than distill:tiny" in decision["reason"]
+    # Periodic (every = 5) while running the fastest within the bound: no evaluation, no decision.
+    params, skipped_state, d = comp.adapt(6, PARAMS, state, actor_params, _rollout())
+    assert d is None and comp.skipped_evaluations == 1 and params is actor_params
+    assert int(skipped_state.last_evaluation) == 6 and comp.running(skipped_state) == "distill:tiny"
+    assert comp.adapt(7, PARAMS, skipped_state, actor_params, _rollout())[2] is None  # the period restarted
+    # Running int8 (between tiny and none): only distill:tiny is faster, so only it is warmed and measured.
+    s8 = comp.candidates[2].init(PARAMS, jax.random.PRNGKey(4), OBS[0])[1]
+    int8_state = state._replace(current=jnp.int32(2), states={**state.states, candidate_key("int8"): s8})
+    int8_params, int8_state = comp.compress(PARAMS, int8_state, OBS.reshape(-1, 4))
+    student = int8_state.states[candidate_key("distill:tiny")]
+    _, new_state, d = comp.adapt(6, PARAMS, int8_state, int8_params, _rollout())
+    assert d["trigger"] == "periodic" and d["evaluated"] == ["distill:tiny", "int8"] and "none" not in d["candidates"]
+    assert d["chosen"] == "distill:tiny" and d["switched"] and "not evaluated (slower than distill:tiny" in d["reason"]
+    # The student was warmed (its distillation state moved on); `none`'s state was not touched.
+    assert new_state.states[candidate_key("distill:tiny")] is not student
+    assert new_state.states["none"] is int8_state.states["none"]
+    assert [x["update"] for x in comp.decisions] == [1, 6]
 
 
 def test_candidate_list_errors():
@@ -121,26 +163,82 @@ def test_candidate_list_errors():
             parse_candidates(bad)
 
 
+def _decisions(logdir) -> list[dict]:
+    with open(os.path.join(logdir, "decisions.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
 def test_auto_run_switches_and_logs_every_decision(tmp_path, monkeypatch, capsys):
-    """A real run: the timer is replaced by one that ranks candidates by parameter count (deterministic), so
-    the huge bound makes auto switch from `none` to the student at update 1 (the actor's params change
-    structure mid-run, and the final checkpoint saves them); every decision is logged with its reason."""
-    monkeypatch.setattr(speed, "forward_timer",
-                        lambda apply, family="mlp": lambda params, obs: 1e-9 * networks.param_count(params))
+    """A real run in the sequential loop: the huge bound makes auto switch from `none` to the (fastest)
+    student at update 1 (the actor's params change structure mid-run, and the final checkpoint saves
+    them); the periodic evaluations at updates 4 and 7 have nothing to gain and are skipped; every
+    decision is logged with its reason."""
+    monkeypatch.setattr(speed, "forward_timer", bytes_timer)
     cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", max_actor_kl=1e9, auto_every=3,
                  total_steps=8 * 8 * 7, num_envs=8, rollout_length=8, log_every=2, logdir=str(tmp_path / "run"),
-                 progress=False)
+                 progress=False, loop="sequential")
     summary = loop.train(cfg)
-    assert summary["stopped"] is None and summary["updates"] == 7
-    with open(os.path.join(cfg.logdir, "decisions.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
-    assert [d["update"] for d in lines] == [1, 4, 7]
-    assert [d["trigger"] for d in lines] == ["initial", "periodic", "periodic"]
+    assert summary["stopped"] is None and summary["updates"] == 7 and summary["loop"] == "sequential"
+    lines = _decisions(cfg.logdir)
+    assert [d["update"] for d in lines] == [1] and lines[0]["trigger"] == "initial" and lines[0]["reason"]
     assert lines[0]["switched"] and lines[0]["previous"] == "none" and lines[0]["chosen"] == "distill:tiny"
-    assert all(d["reason"] and d["chosen"] == "distill:tiny" for d in lines)
-    assert [d["update"] for d in summary["auto_decisions"]] == [1, 4, 7]
+    assert [d["update"] for d in summary["auto_decisions"]] == [1]
     assert summary["auto_running"] == "distill:tiny"
     assert summary["actor_params"] < summary["learner_params"]
     out = capsys.readouterr().out
     assert "auto, update 1: switched to distill:tiny [initial]" in out
     assert os.path.isdir(os.path.join(cfg.logdir, "checkpoints", "7"))
+
+
+def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path, monkeypatch, capsys):
+    """--loop auto runs auto in the Anakin loop, whose triggers are measured at the end of each chunk. The
+    bounds are changed at chunk boundaries so that each trigger fires: none -> distill:tiny at update 0
+    (initial, huge KL bound), -> none at 10 (divergence: the student's KL > a tiny bound, checked once
+    the 10-update cooldown has passed), -> distill:tiny at 20 (clipping: any fraction of ρ exceeds -1;
+    only the faster student is evaluated), and at 30 the clipping trigger finds the fastest candidate
+    running within the bound: skipped. Two chunk programs, each compiled once; the learner state, the
+    update counter and the student's state continue across the switches."""
+    from accerl_jax.compressor.auto import AutoCompressor
+    from accerl_jax.loops import anakin
+
+    monkeypatch.setattr(speed, "forward_timer", bytes_timer)
+    decide = AutoCompressor.decide
+
+    def scheduled_decide(self, update, *args):
+        self.max_kl = 1e-12 if 10 <= update < 20 else 1e9
+        self.max_clip_fraction = -1.0 if update >= 20 else 1.0
+        return decide(self, update, *args)
+
+    monkeypatch.setattr(AutoCompressor, "decide", scheduled_decide)
+    chunks: list = []
+    real = anakin.AutoChunks
+    monkeypatch.setattr(anakin, "AutoChunks", lambda run: chunks.append(real(run)) or chunks[-1])
+    updates = 32
+    cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", auto_every=1000, total_steps=4 * 8 * updates,
+                 num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0, logdir=str(tmp_path / "run"),
+                 progress=False)
+    assert loop.resolve_loop(cfg) == "anakin"
+    summary = loop.train(cfg)
+    assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == updates
+    lines = _decisions(cfg.logdir)
+    assert [(d["update"], d["trigger"], d["chosen"], d["switched"]) for d in lines] == [
+        (0, "initial", "distill:tiny", True), (10, "divergence", "none", True), (20, "clipping", "distill:tiny", True)]
+    assert lines[1]["measured"]["kl"] > 1e-12 and 0 <= lines[2]["measured"]["clip_fraction_margin"] <= 1
+    assert lines[2]["evaluated"] == ["none", "distill:tiny"]
+    assert summary["auto_skipped_evaluations"] == 1 and summary["auto_running"] == "distill:tiny"
+    assert summary["auto_decide_s"] > 0
+    assert [(d["update"], d["chosen"]) for d in summary["auto_decisions"]] == [(d["update"], d["chosen"])
+                                                                              for d in lines]
+    assert "auto, update 10: switched to none [divergence]" in capsys.readouterr().out
+    # One program per candidate, each compiled exactly once (the switch back at update 20 compiled nothing).
+    programs = chunks[0].programs
+    assert sorted(programs) == [0, 1] and summary["auto_chunk_programs"] == ["distill:tiny", "none"]
+    assert all(p.jitted._cache_size() == 1 for p in programs.values())
+    # The learner continued across the switches: its optimizer took one step per update, and the
+    # decisions read the update counter from the states the switches produced.
+    leaves = checkpoint.read_leaves(cfg.logdir, updates)
+    assert int(leaves[".learner.step"]) == updates, list(leaves)
+    # The student resumed where it stopped: compress calls = 4 (warm-up, update 0) + 10 (updates 1-10)
+    # + 4 (warm-up, update 20) + 12 (updates 21-32), each of cfg.distill_steps gradient steps.
+    assert int(leaves[".compressor['distill'].steps"]) == (4 + 10 + 4 + 12) * cfg.distill_steps
+    assert summary["total_env_steps"] == 4 * 8 * updates and summary["actor_params"] < summary["learner_params"]

@@ -4,33 +4,41 @@ The paper fixes one compressor per run. ``auto`` holds a fixed list of candidate
 :data:`DEFAULT_CANDIDATES`) and runs the *fastest one whose divergence from the learner stays under a
 bound* (``--max-actor-kl``), re-deciding while training. One *evaluation*:
 
-1. every candidate gets actor parameters from the current learner parameters: the running one has
-   them already (compressed this update); each other one runs ``warmup`` calls of its own ``compress``
-   on the current observations. Every candidate's state is kept between evaluations, so distillation
-   students resume where they stopped rather than starting again;
+1. speed: seconds per forward pass of the actor's batch ``B``, compiled as the actor runs it
+   (``forward_timer``, :func:`accerl_jax.speed.forward_timer`), measured once per candidate, at the first
+   evaluation -- the cost depends on the network's shapes and dtypes, not on its weight values, so a
+   candidate not yet built is timed on zeros of its actor parameters' shapes -- interleaved over
+   ``rounds`` rounds (median), together with the learner's own network (``speedup_vs_none``);
 2. divergence: KL(π_learner ‖ π_candidate) (nats) and greedy-action agreement on up to ``samples``
-   current observations (the ``divergence`` function the Monitor uses);
-3. speed: seconds per forward pass of the actor's batch ``B``, compiled as the actor runs it, on current
-   observations (``forward_timer``, :func:`accerl_jax.speed.forward_timer`). It is measured once per
-   candidate, at its first evaluation -- the cost depends on the network's shapes and dtypes, not on its
-   weight values -- interleaved over ``rounds`` rounds (median), together with the learner's own network
-   (``speedup_vs_none``);
-4. choice: the fastest candidate with KL ≤ ``max_kl``; if none qualifies, the one with the smallest KL
-   (the most faithful). Between evaluations only the running candidate's ``compress`` runs.
+   current observations (the ``divergence`` function the Monitor uses), first of the running candidate
+   (its actor parameters are fresh), then of the candidates that can change the choice: if the running
+   one is within the bound, only the faster ones; else every other. They are *warmed* fastest first --
+   ``warmup`` calls of their own ``compress`` from the current learner parameters on the current
+   observations (a candidate's ``init`` runs at its first warm-up) -- and the first within the bound
+   ends the evaluation, since it is the choice. Every candidate's state is kept between evaluations, so
+   distillation students resume where they stopped rather than starting again;
+3. choice: the fastest candidate with KL ≤ ``max_kl``; if none qualifies, the one with the smallest KL
+   (the most faithful). When no candidate can change the choice (the running one is the fastest within
+   the bound), nothing is warmed: the evaluation is *skipped*, counts as done, and returns no decision
+   (``skipped_evaluations`` counts them). Between evaluations only the running candidate's ``compress`` runs.
 
-:meth:`AutoCompressor.adapt` is the loop's hook, called once per learner update after ``compress``.
-Every ``check_every`` updates it measures the running policy's KL on the current observations and the
-fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) clipped at ρ̄ (``clip_rho_threshold``), π
-being the learner parameters that computed the update; an evaluation starts when that KL exceeds
-``max_kl`` (trigger ``divergence``), the fraction of ρ above ρ̄ · :data:`CLIP_MARGIN` exceeds
-``max_clip_fraction`` (``clipping``), ``every``
-updates have passed since the last one (``periodic``), or none has run yet (``initial``). A trigger
-fires only once ``cooldown`` updates have passed since the last evaluation: ``check_every`` at first and
-after a switch, doubled (up to ``every``) each time a triggered evaluation keeps the running candidate --
-on CartPole the clipping trigger otherwise fired at nearly every check while the choice stood, and the
-evaluations made an auto run 2.5x slower than ``none`` (318 s against 126 s, measured here). Each
-evaluation returns a *decision* (a dict: trigger, chosen and previous candidate, whether it switched, a
-one-line ``reason``, and every candidate's measurements), which the loop hands to the Monitor.
+An evaluation starts when the running policy's KL exceeds ``max_kl`` (trigger ``divergence``), the
+fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) above ρ̄ · :data:`CLIP_MARGIN` exceeds
+``max_clip_fraction`` (``clipping``; ρ̄ = ``clip_rho_threshold``, π the learner parameters that computed
+the update), ``every`` updates have passed since the last one (``periodic``), or none has run yet
+(``initial``). A trigger fires only once ``cooldown`` updates have passed since the last evaluation:
+``check_every`` at first and after a switch, doubled (up to ``every``) each time a triggered evaluation
+keeps the running candidate -- on CartPole the clipping trigger otherwise fired at nearly every check
+while the choice stood, and the evaluations made an auto run 2.5x slower than ``none`` (318 s against
+126 s, measured here). Each evaluation returns a *decision* (a dict: trigger, chosen and previous
+candidate, whether it switched, a one-line ``reason``, the candidates ``evaluated`` and their
+measurements), which the loop hands to the Monitor.
+
+Two loop hooks: :meth:`AutoCompressor.adapt` (the sequential loop; once per learner update after
+``compress``, measuring the triggers every ``check_every`` updates) and :meth:`AutoCompressor.decide`
+(the Anakin loop, :class:`accerl_jax.loops.anakin.AutoChunks`; at chunk boundaries, with the triggers'
+statistics measured inside the chunk's program: :meth:`AutoCompressor.clip_fractions`, and the KL of
+the freshest policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidate`).
 
 Actor parameters are ``{candidate key: that candidate's actor params}`` with a single entry, so switching
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,
@@ -131,27 +139,34 @@ class AutoCompressor:
         self.base_forward_s: float | None = None
         self.decisions: list[dict] = []
 
-        def clip_fraction(params, rollout: Rollout):
-            continuous = jnp.issubdtype(rollout.action.dtype, jnp.floating)
-            out = teacher_apply(params, rollout.obs)[0]
-            log_pi = networks.policy_distribution(out, bool(continuous)).log_prob(rollout.action)
-            rho = jnp.exp(log_pi - rollout.log_prob)
-            count = jnp.maximum(jnp.sum(rollout.valid), 1)
-            clipped = jnp.sum((rho > self.clip_rho_threshold) & rollout.valid) / count
-            beyond = jnp.sum((rho > self.clip_rho_threshold * CLIP_MARGIN) & rollout.valid) / count
-            return clipped, beyond
+        self.skipped_evaluations = 0  # evaluations that had nothing to gain (see _evaluate)
+        self._clip_fraction = xla.jit(self.clip_fractions, family)
 
-        self._clip_fraction = xla.jit(clip_fraction, family)
+    def clip_fractions(self, params, rollout: Rollout) -> tuple[jax.Array, jax.Array]:
+        """Traceable: the shares of ``rollout``'s valid steps with ρ > ρ̄ and with ρ > ρ̄ · :data:`CLIP_MARGIN`
+        ([] float32 each), ρ = π(a|x)/μ(a|x) with π the learner network at ``params``."""
+        continuous = jnp.issubdtype(rollout.action.dtype, jnp.floating)
+        out = self.teacher_apply(params, rollout.obs)[0]
+        log_pi = networks.policy_distribution(out, bool(continuous)).log_prob(rollout.action)
+        rho = jnp.exp(log_pi - rollout.log_prob)
+        count = jnp.maximum(jnp.sum(rollout.valid), 1)
+        clipped = jnp.sum((rho > self.clip_rho_threshold) & rollout.valid) / count
+        beyond = jnp.sum((rho > self.clip_rho_threshold * CLIP_MARGIN) & rollout.valid) / count
+        return clipped, beyond
 
     # --- the Compressor interface -------------------------------------------------------------------
     def init(self, params, key, obs=None):
-        """Every candidate's state; the actor starts with the first candidate. Returns ``(actor_params, AutoState)``."""
-        states, first = {}, None
-        for i, (k, c, sub) in enumerate(zip(self.keys, self.candidates, jax.random.split(key, len(self.keys)))):
-            p, states[k] = c.init(params, sub) if obs is None else c.init(params, sub, obs)
-            if i == 0:
-                first = p
-        return {self.keys[0]: first}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
+        """The first candidate's actor params and state; the others' states are None until an evaluation
+        first warms them (:meth:`_warm`: their ``init`` then runs on the learner's parameters of that
+        time, each with its own key split from ``key``). Returns ``(actor_params, AutoState)``."""
+        self._init_keys = list(jax.random.split(key, len(self.keys)))
+        p, first = self._init(0, params, obs)
+        states = {k: first if i == 0 else None for i, k in enumerate(self.keys)}
+        return {self.keys[0]: p}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
+
+    def _init(self, i: int, params, obs):
+        c, key = self.candidates[i], self._init_keys[i]
+        return c.init(params, key) if obs is None else c.init(params, key, obs)
 
     def compress(self, params, state: AutoState, obs):
         """The running candidate's ``compress``; the other candidates' states are left as they are."""
@@ -170,12 +185,52 @@ class AutoCompressor:
 
         return dispatch
 
-    # --- the loop hook --------------------------------------------------------------------------------
+    # --- the loop hooks -------------------------------------------------------------------------------
+    def candidate(self, i: int) -> Compressor:
+        """Candidate ``i`` on its own, as a Compressor whose actor params are ``{its key: params}`` (what
+        :meth:`actor_apply` dispatches on) and whose state is the candidate's own entry of
+        ``AutoState.states``. The Anakin loop compiles one chunk program per candidate with it."""
+        k, c = self.keys[i], self.candidates[i]
+
+        def init(params, key, obs=None):
+            p, s = c.init(params, key) if obs is None else c.init(params, key, obs)
+            return {k: p}, s
+
+        def compress(params, state, obs):
+            p, s = c.compress(params, state, obs)
+            return {k: p}, s
+
+        return Compressor(init=init, compress=compress, actor_apply=self.actor_apply)
+
     def running(self, state: AutoState) -> str:
         return self.specs[int(state.current)]
 
+    def check_due(self, update: int, state: AutoState) -> bool:
+        """True when the triggers may fire after ``update``: an evaluation has run and ``cooldown`` updates
+        have passed since the last one."""
+        last = int(state.last_evaluation)
+        return last >= 0 and update - last >= int(state.cooldown)
+
+    def _trigger(self, update: int, state: AutoState, measured: dict) -> str | None:
+        """The trigger that fires after ``update`` given the running policy's ``measured`` ``kl`` and
+        ``clip_fraction_margin`` (empty: not measured this time), or None."""
+        last = int(state.last_evaluation)
+        if last < 0:
+            return "initial"
+        if update - last >= self.every:
+            return "periodic"
+        if not measured:
+            return None
+        if measured["kl"] > self.max_kl:
+            return "divergence"
+        if measured["clip_fraction_margin"] > self.max_clip_fraction:
+            return "clipping"
+        return None
+
     def adapt(self, update: int, params, state: AutoState, actor_params, rollout: Rollout, rho_params=None):
-        """Check the triggers and, when one fires, evaluate every candidate and choose.
+        """The sequential loop's hook, called after each compression: check the triggers and, when one
+        fires, evaluate the candidates (:meth:`_evaluate`) and choose. The running policy's KL and ρ
+        clipping are measured every ``check_every`` updates once the cooldown has passed.
 
         Args:
           update: the learner update just completed (1-based).
@@ -184,29 +239,42 @@ class AutoCompressor:
           rho_params: the learner parameters the update computed ρ with (default ``params``).
 
         Returns:
-          ``(actor_params, state, decision)``; ``decision`` is None when no evaluation ran.
+          ``(actor_params, state, decision)``; ``decision`` is None when no evaluation ran (or it was
+          skipped as having nothing to gain).
         """
-        last = int(state.last_evaluation)
-        trigger, measured = None, {}
-        if last < 0:
-            trigger = "initial"
-        elif update - last >= self.every:
-            trigger = "periodic"
-        elif update % self.check_every == 0 and update - last >= int(state.cooldown):
+        rho_params = params if rho_params is None else rho_params
+        trigger, measured = self._trigger(update, state, {}), {}
+        if trigger is None and update % self.check_every == 0 and self.check_due(update, state):
             obs = rollout.obs.reshape((-1,) + rollout.obs.shape[2:])[: self.samples]
             i = int(state.current)
             div = self.divergence(self._learner_logits(params, obs), self._logits[i](actor_params[self.keys[i]], obs))
-            measured = {"kl": float(div["kl_learner_actor"]),
-                        **self._clipping(params if rho_params is None else rho_params, rollout)}
-            if measured["kl"] > self.max_kl:
-                trigger = "divergence"
-            elif measured["clip_fraction_margin"] > self.max_clip_fraction:
-                trigger = "clipping"
+            measured = {"kl": float(div["kl_learner_actor"]), **self._clipping(rho_params, rollout)}
+            trigger = self._trigger(update, state, measured)
         if trigger is None:
             return actor_params, state, None
         if not measured:
-            measured = self._clipping(params if rho_params is None else rho_params, rollout)
-        return self._evaluate(update, params, state, actor_params, rollout, trigger, measured)
+            measured = self._clipping(rho_params, rollout)
+        return self._evaluate(update, params, state, actor_params, rollout.obs, trigger, measured)
+
+    def decide(self, update: int, params, state: AutoState, actor_params, obs, measured: dict):
+        """The Anakin loop's hook at a chunk boundary: :meth:`adapt` with the running policy's statistics
+        measured by the caller (inside the chunk's program, on its last update).
+
+        Args:
+          update: learner updates completed (0: before the first; then only ``initial`` can fire).
+          params: the learner parameters after ``update``; ``actor_params`` (``{key: params}`` of the
+            running candidate) were compressed from them or from a recent version (``--compress-every``).
+          obs: ``[K, B, *obs_shape]`` current observations (the last rollout's, or ``K = 1`` reset ones).
+          measured: ``kl`` (KL(π_learner ‖ π_running), nats), ``clip_fraction`` and
+            ``clip_fraction_margin`` of the last update's rollout; empty before the first update.
+
+        Returns:
+          ``(actor_params, state, decision)`` as :meth:`adapt`.
+        """
+        trigger = self._trigger(update, state, measured if self.check_due(update, state) else {})
+        if trigger is None:
+            return actor_params, state, None
+        return self._evaluate(update, params, state, actor_params, obs, trigger, measured)
 
     def _clipping(self, params, rollout) -> dict:
         """``clip_fraction``: share of valid steps with ρ > ρ̄ (clipped by the learner);
@@ -214,69 +282,110 @@ class AutoCompressor:
         clipped, beyond = self._clip_fraction(params, rollout)
         return {"clip_fraction": float(clipped), "clip_fraction_margin": float(beyond)}
 
-    def _evaluate(self, update, params, state: AutoState, actor_params, rollout, trigger, measured):
-        obs_flat = rollout.obs.reshape((-1,) + rollout.obs.shape[2:])
+    def _evaluate(self, update, params, state: AutoState, actor_params, obs, trigger, measured):
+        """Evaluate the candidates that can change the choice on ``obs [K, B, ...]`` and choose.
+
+        Once every candidate's speed is known and the running one is within the bound, only the candidates
+        faster than it can be chosen, so only those are warmed and measured; when there are none (the
+        running candidate is the fastest within the bound), nothing is evaluated, the evaluation counts as
+        done (``last_evaluation`` = ``update``), ``skipped_evaluations`` goes up and the decision is None.
+        """
+        obs_flat = obs.reshape((-1,) + obs.shape[2:])
         held = obs_flat[: self.samples]
         learner_out = self._learner_logits(params, held)
         current = int(state.current)
+        running = self.specs[current]
         states = dict(state.states)
-        fresh, rows = [], {}
-        for i, (k, c) in enumerate(zip(self.keys, self.candidates)):
-            if i == current:
-                p = actor_params[k]
-            else:
-                s = states[k]
-                for _ in range(self.warmup):
-                    p, s = c.compress(params, s, obs_flat)
-                states[k] = s
-            fresh.append(p)
-            div = self.divergence(learner_out, self._logits[i](p, held))
+        rows: dict[str, dict] = {}
+        fresh = {current: actor_params[self.keys[current]]}
+
+        def measure(i: int) -> None:
+            div = self.divergence(learner_out, self._logits[i](fresh[i], held))
             rows[self.specs[i]] = {"kl": float(div["kl_learner_actor"]), "agreement": float(div["action_agreement"])}
-        self._time(params, fresh, rollout.obs[: self.speed_forwards])
+
+        measure(current)
+        if not all(s in self.forward_s for s in self.specs):  # the first evaluation: time every candidate
+            reps = -(-self.speed_forwards // obs.shape[0])  # reset observations ([1, B]) are repeated
+            self._time(params, fresh, obs_flat, jnp.concatenate([obs] * reps)[: self.speed_forwards])
+        if rows[running]["kl"] <= self.max_kl:
+            # The running candidate qualifies: only a faster one can be chosen instead.
+            todo = [i for i, s in enumerate(self.specs) if self.forward_s[s] < self.forward_s[running]]
+        else:
+            todo = [i for i in range(len(self.specs)) if i != current]
+        cooldown = int(state.cooldown)
+        if trigger in ("divergence", "clipping"):  # unless it switches below: the trigger fired, the choice stood
+            cooldown = min(2 * cooldown, self.every)
+        if not todo:
+            self.skipped_evaluations += 1
+            return actor_params, AutoState(state.current, jnp.int32(update), jnp.int32(cooldown), states), None
+        # Fastest first: the first within the bound is the choice, so the slower ones are never warmed.
+        for i in sorted(todo, key=lambda i: self.forward_s[self.specs[i]]):
+            fresh[i], states[self.keys[i]] = self._warm(i, params, states[self.keys[i]], obs_flat)
+            measure(i)
+            if rows[self.specs[i]]["kl"] <= self.max_kl:
+                break
         for spec, row in rows.items():
             row["forward_s"] = self.forward_s[spec]
             row["speedup_vs_none"] = self.base_forward_s / self.forward_s[spec]
             row["within_bound"] = row["kl"] <= self.max_kl
-        eligible = [s for s in self.specs if rows[s]["within_bound"]]
+        evaluated = [s for s in self.specs if s in rows]
+        eligible = [s for s in evaluated if rows[s]["within_bound"]]
         if eligible:
             chosen = min(eligible, key=lambda s: rows[s]["forward_s"])
-            faster = [s for s in self.specs if rows[s]["forward_s"] < rows[chosen]["forward_s"]]
+            faster = [s for s in evaluated if rows[s]["forward_s"] < rows[chosen]["forward_s"]]
             reason = (f"{chosen} is the fastest with KL {rows[chosen]['kl']:.3g} <= {self.max_kl:g} "
                       f"({rows[chosen]['speedup_vs_none']:.2f}x the learner's forward speed)")
             if faster:
                 reason += "; faster but over the bound: " + ", ".join(f"{s} (KL {rows[s]['kl']:.3g})" for s in faster)
         else:
-            chosen = min(self.specs, key=lambda s: rows[s]["kl"])
+            chosen = min(evaluated, key=lambda s: rows[s]["kl"])
             reason = (f"no candidate has KL <= {self.max_kl:g}; {chosen} is the most faithful "
                       f"(KL {rows[chosen]['kl']:.3g})")
+        slower = [s for s in self.specs if s not in rows]
+        if slower:
+            reason += f"; not evaluated (slower than {chosen}, which is within the bound): {', '.join(slower)}"
         why = {"initial": "first evaluation",
                "periodic": f"{self.every} updates since the last evaluation",
-               "divergence": f"running {self.specs[current]} measured KL {measured.get('kl', float('nan')):.3g} > "
+               "divergence": f"running {running} measured KL {measured.get('kl', float('nan')):.3g} > "
                              f"{self.max_kl:g}",
                "clipping": f"{measured.get('clip_fraction_margin', float('nan')):.1%} of rho above "
                            f"{CLIP_MARGIN:g} x {self.clip_rho_threshold:g} > {self.max_clip_fraction:.1%}"}[trigger]
         j = self.specs.index(chosen)
         switched = j != current
-        decision = {
-            "update": int(update), "trigger": trigger, "chosen": chosen, "chosen_index": j, "previous": self.specs[current],
-            "switched": switched, "reason": f"{why}: {reason}" + ("" if switched else " (kept)"),
-            "max_actor_kl": self.max_kl, "measured": measured, "candidates": rows,
-        }
-        self.decisions.append(decision)
-        cooldown = int(state.cooldown)
         if switched:
             cooldown = self.check_every
-        elif trigger in ("divergence", "clipping"):  # the trigger fired but the choice stood: back off
-            cooldown = min(2 * cooldown, self.every)
-        decision["next_trigger_cooldown"] = cooldown
+        decision = {
+            "update": int(update), "trigger": trigger, "chosen": chosen, "chosen_index": j, "previous": running,
+            "switched": switched, "reason": f"{why}: {reason}" + ("" if switched else " (kept)"),
+            "max_actor_kl": self.max_kl, "measured": measured, "candidates": rows, "evaluated": evaluated,
+            "next_trigger_cooldown": cooldown,
+        }
+        self.decisions.append(decision)
         new_state = AutoState(jnp.int32(j), jnp.int32(update), jnp.int32(cooldown), states)
         return {self.keys[j]: fresh[j]}, new_state, decision
 
-    def _time(self, params, fresh, obs_seq) -> None:
-        """Measure the forward seconds of candidates not timed yet (and the learner's), interleaved."""
+    def _warm(self, i: int, params, state, obs_flat):
+        """Candidate ``i``'s actor params after ``warmup`` ``compress`` calls from ``state`` (its first
+        ``init`` when None). Returns ``(actor_params, state)``."""
+        if state is None:
+            p, state = self._init(i, params, obs_flat)
+        for _ in range(self.warmup):
+            p, state = self.candidates[i].compress(params, state, obs_flat)
+        return p, state
+
+    def _time(self, params, fresh: dict, obs_flat, obs_seq) -> None:
+        """Measure the forward seconds of candidates not timed yet (and the learner's), interleaved, on
+        ``obs_seq [K, B, ...]``. ``fresh``: candidate index -> actor params; a candidate not in it is timed
+        on zeros of its actor params' shapes and dtypes (the time depends on those, not on the values), so
+        that timing compiles only its forward pass."""
         todo = [i for i, s in enumerate(self.specs) if s not in self.forward_s]
         if not todo:
             return
+        fresh = dict(fresh)
+        for i in todo:
+            if i not in fresh:
+                shapes = jax.eval_shape(lambda p, i=i: self._init(i, p, obs_flat)[0], params)
+                fresh[i] = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         times: dict[int, list] = {i: [] for i in todo}
         base: list = []
         for _ in range(self.rounds):

@@ -24,13 +24,16 @@ actor's key and ``--resume`` restarts the envs (as the sequential loop does).
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state; each seed gets ``<logdir>/seed<k>/`` (metrics.csv, summary.json, curves)
 and the run's summary lists them.
+
+``--compressor auto`` (one seed) runs here too: :class:`AutoChunks` takes the decisions at chunk
+boundaries and keeps one compiled chunk program per candidate (:mod:`accerl_jax.compressor.auto`).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +44,7 @@ from accerl_jax import checkpoint, networks, xla
 from accerl_jax import guard as guard_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax.actor import ActorCarry, AnakinActor
+from accerl_jax.compressor.auto import AutoState
 from accerl_jax.guard import FINITE, guard_update, quantity
 from accerl_jax.monitor import Monitor
 from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
@@ -78,10 +82,14 @@ class ChunkEnd(NamedTuple):
 
     divergence: dict  # KL(π_learner ‖ π_actor) and agreement of the policy the actor runs next
     refresh_divergence: dict  # the same for the freshest compressed policy (TensorBoard refresh/*)
+    # --compressor auto only: [2] float32, the shares of the chunk's last rollout's valid steps with ρ > ρ̄
+    # and ρ > ρ̄ · CLIP_MARGIN (AutoCompressor.clip_fractions, ρ from the learner parameters of that update).
+    clipping: Any = None
 
 
-def make_update_step(run: Run):
-    """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``."""
+def make_update_step(run: Run, with_rollout: bool = False):
+    """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``
+    (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on)."""
     cfg, compressor, info = run.cfg, run.compressor, run.info
     guarded = guard_update(run.update, cfg.on_nan)
     every = cfg.compress_every
@@ -117,7 +125,8 @@ def make_update_step(run: Run):
         metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
                        policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
         finished = (rollout.terminated | rollout.truncated) & rollout.valid
-        return new, UpdateOutput(metrics, rollout.episode_return, finished, rollout.episode_length, refreshed)
+        out = UpdateOutput(metrics, rollout.episode_return, finished, rollout.episode_length, refreshed)
+        return (new, out, rollout) if with_rollout else (new, out)
 
     return step
 
@@ -134,7 +143,7 @@ def chunk_length(run: Run) -> int:
     return min([cfg.log_every, run.num_updates] + ([cfg.checkpoint_every] if cfg.checkpoint_every else []))
 
 
-def make_chunk(run: Run):
+def make_chunk(run: Run, clipping: Callable | None = None):
     """The jitted chunk ``(AnakinState, active) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``: one
     ``lax.scan`` of ``C =`` :func:`chunk_length` steps of which the first ``active`` ([] int32, traced)
     run an update and the rest leave the state as it is (their outputs are zeros), so that a chunk cut
@@ -144,27 +153,50 @@ def make_chunk(run: Run):
     Inputs are expected on :func:`state_sharding` and outputs are put there too, so that the state a
     chunk returns hits the same compiled program (otherwise its different shardings compile the
     program a second time: measured ~9 s on a loaded 2-core CPU).
+
+    ``clipping(params, rollout) -> (clipped, beyond)`` ([] float32 each; ``--compressor auto``'s
+    :meth:`~accerl_jax.compressor.auto.AutoCompressor.clip_fractions`), if given, is measured on the
+    chunk's last update only (one extra forward pass per chunk) and returned as ``ChunkEnd.clipping``.
+    The returned function's ``jitted`` attribute is the compiled ``jax.jit`` object (its cache counts
+    compilations).
     """
-    step = make_update_step(run)
+    step = make_update_step(run, with_rollout=clipping is not None)
     length = chunk_length(run)
 
     def chunk(state: AnakinState, active):
         idle_out = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(step, state, None)[1])
 
-        def body(s: AnakinState, i):
-            return jax.lax.cond(i < active, step, lambda s, _: (s, idle_out), s, None)
+        def update(carry, i):
+            s, clip = carry
+            if clipping is None:
+                new, out = step(s, None)
+            else:
+                new, out, rollout = step(s, None)
+                clip = jax.lax.cond(i == active - 1, lambda: jnp.stack(clipping(s.learner.params, rollout)),
+                                    lambda: clip)
+            return (new, clip), out
 
-        state, out = jax.lax.scan(body, state, jnp.arange(length, dtype=jnp.int32))
+        def body(carry, i):
+            return jax.lax.cond(i < active, update, lambda c, _: (c, idle_out), carry, i)
+
+        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
+        (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
         held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
         learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
         end = ChunkEnd(run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0]),
-                       run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]))
+                       run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]),
+                       clip)
         return state, out, end
 
     if run.cfg.num_seeds > 1:
         chunk = jax.vmap(chunk, in_axes=(0, None))
     jitted = xla.jit(chunk, run.spec.family, out_shardings=state_sharding())
-    return lambda state, active: jitted(state, np.int32(active))
+
+    def call(state: AnakinState, active: int):
+        return jitted(state, np.int32(active))
+
+    call.jitted = jitted
+    return call
 
 
 def initial_state(run: Run, seed: int) -> AnakinState:
@@ -210,10 +242,11 @@ def check_anakin(cfg, jittable: bool) -> None:
 
     Raises:
       ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program),
-        ``--compressor auto`` (it switches on the host); for envpool: ``--num-seeds`` > 1 (``vmap``
-        cannot copy the one host pool), more than one local device (XLA cannot partition envpool's
-        side-effecting step over devices), or a task with 64-bit arrays
-        (:func:`accerl_jax.envs.envpool_env.check_xla`).
+        ``--compressor auto`` with ``--num-seeds`` > 1 (each seed would take its own decisions, so the
+        seeds could not share one vmapped program); for envpool: ``--compressor auto`` (not built for
+        the pool's XLA actor), ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
+        local device (XLA cannot partition envpool's side-effecting step over devices), or a task with
+        64-bit arrays (:func:`accerl_jax.envs.envpool_env.check_xla`).
     """
     from accerl_jax.config import ConfigError
 
@@ -221,12 +254,16 @@ def check_anakin(cfg, jittable: bool) -> None:
         raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
                           "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
                           "(distillation then runs inside the program) or use --loop sequential")
-    if cfg.compressor == "auto":
-        raise ConfigError("bad --compressor auto with --loop anakin: auto measures and switches its candidates on "
-                          "the host between updates, which the Anakin loop's jitted program cannot do; use --loop "
-                          "sequential (what --loop auto picks for it) or a fixed compressor")
+    if cfg.compressor == "auto" and cfg.num_seeds > 1:
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto: each seed takes its own "
+                          "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
+                          "one at a time (--num-seeds 1) or use a fixed --compressor")
     if jittable:
         return
+    if cfg.compressor == "auto":
+        raise ConfigError(f"bad --compressor auto with --loop anakin and {cfg.env}: auto's per-candidate "
+                          "programs are built for gymnax envs, not envpool's XLA actor; use --loop sequential "
+                          "or a fixed --compressor")
     if cfg.num_seeds > 1:
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop anakin and {cfg.env}: the Anakin loop "
                           "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "
@@ -270,6 +307,88 @@ def _seed(tree, k: int, seeds: int):
     return jax.tree.map(lambda x: x[k], tree) if seeds > 1 else tree
 
 
+class AutoChunks:
+    """``--compressor auto`` in the Anakin loop: called as the chunk function ``(AnakinState, active) ->
+    (AnakinState, UpdateOutput [C, ...], ChunkEnd)``, it first takes the auto decision for the state it
+    is given (the previous chunk's final state), then runs the chunk program of the candidate chosen.
+
+    * One compiled chunk program per candidate (:meth:`AutoCompressor.candidate
+      <accerl_jax.compressor.auto.AutoCompressor.candidate>`: the actor-params pytree differs per
+      candidate), built when the candidate first runs and kept, so a switch back compiles nothing.
+    * The decision is made on the host at chunk boundaries, from what the previous chunk measured at its
+      end (``ChunkEnd``: KL(π_learner ‖ π_running) of the freshest compressed policy and ρ clipping of its
+      last update), so checking the triggers costs no dispatch; an evaluation
+      (:meth:`AutoCompressor.decide <accerl_jax.compressor.auto.AutoCompressor.decide>`) runs only when
+      a trigger fires. The first one runs before the first chunk (update 0, on the reset observations).
+    * A switch keeps the learner state, env carry, update counter and the non-finite guard's counters;
+      the new candidate's actor parameters (compressed from the current learner parameters by the
+      evaluation) fill all ``--policy-lag + 1`` lagged sets (versions: the current update), and its own
+      kept compressor state (e.g. a distillation student's) becomes the state's ``compressor``. The
+      running candidate's state lives in the ``AnakinState``; the host's ``AutoState`` keeps the others.
+    * Each decision goes to the Monitor (``decisions.jsonl``, console, TensorBoard) and the summary.
+    """
+
+    def __init__(self, run: Run):
+        self.run, self.auto = run, run.compressor
+        self.programs: dict[int, Callable] = {}  # candidate index -> its compiled chunk program
+        self.auto_state = None  # the host's AutoState; its entry for the running candidate is refreshed before use
+        self.last_end: ChunkEnd | None = None  # what the previous chunk measured at its end
+        self.decisions: list[dict] = []
+        self.decide_s = 0.0  # host seconds spent in decisions (evaluations, switches); the loop waits for them
+
+    def program(self, i: int) -> Callable:
+        """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
+        if i not in self.programs:
+            run = dataclasses.replace(self.run, compressor=self.auto.candidate(i))
+            self.programs[i] = make_chunk(run, clipping=self.auto.clip_fractions)
+        return self.programs[i]
+
+    def __call__(self, s: AnakinState, active: int):
+        if isinstance(s.compressor, AutoState):  # a new run's state: the host keeps every candidate's state
+            self.auto_state = s.compressor
+            s = s._replace(compressor=s.compressor.states[self.auto.keys[int(s.compressor.current)]])
+            obs = s.carry.obs[None]
+        else:
+            obs = s.obs.reshape((self.run.cfg.rollout_length, self.run.info.num_envs) + tuple(self.run.info.obs_shape))
+        start = time.perf_counter()
+        s = self._decide(s, obs)
+        self.decide_s += time.perf_counter() - start
+        new_state, out, end = self.program(int(self.auto_state.current))(s, active)
+        self.last_end = end
+        return new_state, out, end
+
+    def _measured(self) -> dict:
+        """The running policy's trigger statistics measured at the end of the previous chunk."""
+        end = jax.device_get((self.last_end.refresh_divergence["kl_learner_actor"], self.last_end.clipping))
+        kl, (clipped, beyond) = end
+        return {"kl": float(kl), "clip_fraction": float(clipped), "clip_fraction_margin": float(beyond)}
+
+    def _decide(self, s: AnakinState, obs) -> AnakinState:
+        auto, st = self.auto, self.auto_state
+        st = st._replace(states={**st.states, auto.keys[int(st.current)]: s.compressor})
+        update = int(jax.device_get(s.update))
+        # The triggers' statistics are fetched only when they may fire (a scalar copy each, already computed).
+        measured = self._measured() if self.last_end is not None and auto.check_due(update, st) else {}
+        actor_params, st, decision = auto.decide(update, s.learner.params, st, s.actor_params[-1], obs, measured)
+        self.auto_state = st
+        if decision is None:
+            return s
+        self.decisions.append(decision)
+        self.run.monitor.log_decision(decision)
+        if not decision["switched"]:
+            return s
+        lag = self.run.cfg.policy_lag + 1
+        s = s._replace(actor_params=(actor_params,) * lag, versions=jnp.full((lag,), update, jnp.int32),
+                       compressor=st.states[auto.keys[int(st.current)]])
+        return jax.device_put(s, state_sharding())
+
+    def summary(self) -> dict:
+        """The summary's auto fields (as the sequential loop's, plus the programs compiled)."""
+        return {"auto_decisions": self.decisions, "auto_running": self.auto.running(self.auto_state),
+                "auto_skipped_evaluations": self.auto.skipped_evaluations, "auto_decide_s": self.decide_s,
+                "auto_chunk_programs": sorted(self.auto.specs[i] for i in self.programs)}
+
+
 def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[str]) -> dict:
     """Train ``run`` to its budget (or a signal / non-finite update) and return its summary (with
     ``--num-seeds`` > 1, the run's summary with ``"seeds"``: one summary per seed).
@@ -295,7 +414,7 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
             if extra:
                 m.load_state_dict(extra["seed_monitors"][k])
             monitors.append(m)
-    chunk_fn = make_chunk(run)
+    chunk_fn = AutoChunks(run) if cfg.compressor == "auto" else make_chunk(run)
     fused_wait = float(extra.get("fused_wait_s", 0.0))  # seconds the host waited for the fused program
     stopped = stop_reason = None
     completed = logged = start_update
@@ -365,21 +484,22 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
             bad_seeds = np.asarray(bad_update).reshape(-1)
             bad_update = int(bad_seeds[bad_seeds > 0].min()) if np.any(bad_seeds > 0) else 0  # any seed stops it
             last = (bad_update if bad_update else end) - completed  # updates of this chunk that count
-            if not bad_update:
-                stop.armed = True  # a chunk of this session is done: a signal now stops at the end of the next
-                if end < num_updates and stop.requested is None:
-                    # Pipelined: the next chunk is dispatched before the host records, logs and checkpoints
-                    # this one, so host work runs while the program does (a diverged state is never continued).
-                    try:
-                        pending = dispatch(new_state, end)
-                    except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
-                        hard_stop = err  # effect once this finished chunk is recorded, below
             for k, m in enumerate(monitors):
                 o = _seed(out, k, seeds)
                 record_chunk(m, o, last, steps_per_update)
                 if seeds > 1:
                     record_chunk(run.monitor, o, last, steps_per_update)
                 last_metrics[k] = {name: v[last - 1] for name, v in o.metrics.items()}
+            if not bad_update:
+                stop.armed = True  # a chunk of this session is done: a signal now stops at the end of the next
+                if end < num_updates and stop.requested is None:
+                    # Pipelined: the next chunk is dispatched before the host logs and checkpoints this one,
+                    # so that host work runs while the program does (episodes are recorded first: one cheap
+                    # call, and auto's decisions see them; a diverged state is never continued).
+                    try:
+                        pending = dispatch(new_state, end)
+                    except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
+                        hard_stop = err  # effect once this finished chunk is counted, below
             refreshed = bool(np.any(out.refreshed[..., :last]))
             state, completed, divergence = new_state, completed + last, chunk_end
             claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
@@ -445,7 +565,8 @@ def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[
     common = dict(completed=completed, stopped=stopped, stop_reason=stop_reason, exit_signal=stop.requested,
                   speed_report=speed_report, loop="anakin", fused_wait_s=fused_wait, num_seeds=seeds,
                   compress_every=cfg.compress_every, env_time_source="not split: one fused program",
-                  policy_lag_versions=float(last_metrics[0].get("policy_lag_versions", np.nan)))
+                  policy_lag_versions=float(last_metrics[0].get("policy_lag_versions", np.nan)),
+                  **(chunk_fn.summary() if cfg.compressor == "auto" else {}))
     last_checkpoint = (os.path.join(logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
                        if saver.last_step is not None else None)
     if seeds == 1:
