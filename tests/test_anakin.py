@@ -52,6 +52,8 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
     (dict(loop="anakin", compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
     (dict(compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
     (dict(loop="sebulba", env="envpool:CartPole-v1", compressor="auto"), "bad --compressor auto with --loop sebulba"),
+    (dict(loop="anakin", env="envpool:CartPole-v1", compressor="auto"),
+     "bad --compressor auto with --loop anakin and envpool:CartPole-v1"),
 ])
 def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):
     with pytest.raises(ConfigError, match=message):
