@@ -92,6 +92,13 @@ QUICK_ACTOR_METHODS = "none,int8,distill:tiny"
 QUICK_AUTO_CANDIDATES = "none,int8,distill:tiny"  # fewer candidates to compile in --quick
 
 
+def machine_note(load: dict) -> str:
+    """What the report says about the machine: its cores and the measured 1-minute load averages at the
+    start and at the last save (this run's own jobs add about 1-2 on a CPU; more means other jobs ran)."""
+    return (f"{os.cpu_count()} CPU cores, 1-min load average {load['start']:.1f} at the start and "
+            f"{load['last']:.1f} at the end (this run alone adds ~1-2); ratios are from one process, side by side")
+
+
 def host_tag() -> str:
     """``<backend>-<n>core`` on CPU (e.g. ``cpu-2core``), ``<backend>-<device kind>`` otherwise."""
     backend = jax.default_backend()
@@ -415,8 +422,8 @@ def main(argv=None) -> dict:
         "command": "python experiments/paper_tables.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "backend": jax.default_backend(),
                     "jax": jax.__version__},
-        "machine_note": f"{os.cpu_count()} CPU cores" + (", shared with other jobs while it ran; ratios are from one "
-                                                         "process, side by side" if jax.default_backend() == "cpu" else ""),
+        "load_average": {"start": os.getloadavg()[0]},  # 1-min load average; this run itself adds ~1-2 on a CPU
+        "machine_note": "",
         "compile_cache": cache,
         "actor_time": {}, "training": {},
     }
@@ -424,6 +431,8 @@ def main(argv=None) -> dict:
 
     def save() -> None:  # after every table, so an interrupted long run keeps what it measured
         result["runtime_s"] = time.perf_counter() - t0
+        result["load_average"]["last"] = os.getloadavg()[0]
+        result["machine_note"] = machine_note(result["load_average"])
         result["targets"] = targets(result)
         atomic_write_json(path, result)
         if args.out:
