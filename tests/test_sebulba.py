@@ -196,6 +196,17 @@ def assert_checkpoint_resumes(logdir, least: int = 1):
     assert resumed["stopped"] is None and resumed["updates"] == 8 and resumed["resumed_from_update"] == steps[0]
 
 
+def train_until_fault(logdir, error: type, match: str, when: dict):
+    """Train until the injected fault (raised at ``when["t"]``) reaches the caller as ``error``; assert it
+    took under FAULT_BOUND_S and left no worker thread. Returns pytest's ExceptionInfo."""
+    with pytest.raises(error, match=match) as err:
+        loop.train(tiny(logdir, queue_size=1))
+    elapsed = time.perf_counter() - when["t"]
+    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
+    assert no_worker_threads()
+    return err
+
+
 def test_actor_thread_exception_stops_run_with_original_error(tmp_path, monkeypatch):
     logdir = tmp_path / "run"
 
@@ -203,12 +214,8 @@ def test_actor_thread_exception_stops_run_with_original_error(tmp_path, monkeypa
         raise ZeroDivisionError("injected actor fault")
 
     when = inject_in_actor(monkeypatch, at=5, action=fail)
-    with pytest.raises(ZeroDivisionError, match="injected actor fault") as err:
-        loop.train(tiny(logdir, queue_size=1))
+    err = train_until_fault(logdir, ZeroDivisionError, "injected actor fault", when)
     assert any(frame.name == "fail" for frame in err.traceback)  # the actor thread's own traceback
-    elapsed = time.perf_counter() - when["t"]
-    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
-    assert no_worker_threads()
     monkeypatch.undo()
     assert_checkpoint_resumes(logdir, least=2)
 
@@ -230,11 +237,7 @@ def test_learner_exception_stops_run_with_original_error(tmp_path, monkeypatch):
             return super().__call__(state, batch, update_number)
 
     monkeypatch.setattr(sebulba, "UpdateGuard", FailingGuard)
-    with pytest.raises(FloatingPointError, match="injected learner fault"):
-        loop.train(tiny(logdir, queue_size=1))
-    elapsed = time.perf_counter() - when["t"]
-    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
-    assert no_worker_threads()
+    train_until_fault(logdir, FloatingPointError, "injected learner fault", when)
     assert checkpoint_steps(logdir) == [2]  # the update before the failed one
     monkeypatch.undo()
     assert_checkpoint_resumes(logdir, least=2)
@@ -252,11 +255,7 @@ def test_envpool_recv_exception_stops_run_with_original_error(tmp_path, monkeypa
         return real(self)
 
     monkeypatch.setattr(AsyncEnvpoolEnv, "recv", recv)
-    with pytest.raises(RuntimeError, match="injected envpool recv fault"):
-        loop.train(tiny(logdir, queue_size=1))
-    elapsed = time.perf_counter() - when["t"]
-    assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
-    assert no_worker_threads()
+    train_until_fault(logdir, RuntimeError, "injected envpool recv fault", when)
     monkeypatch.undo()
     assert_checkpoint_resumes(logdir)
 
