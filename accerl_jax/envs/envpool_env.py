@@ -98,14 +98,15 @@ class EnvpoolEnv:
         """
         return EnvpoolXlaEnv(self)
 
-    def _cast(self, obs: np.ndarray) -> np.ndarray:
+    def _cast(self, obs):
+        """Observations in the adapter's dtype (numpy or JAX arrays)."""
         return obs.astype(self._obs_dtype, copy=False)
 
-    def _action(self, action) -> np.ndarray:
-        """int32 actions, or float32 actions clipped to the box."""
+    def _action(self, action, xp=np):
+        """int32 actions, or float32 actions clipped to the box, in the array module ``xp``."""
         if self.info.continuous:
-            return np.clip(np.asarray(action, np.float32), self._low, self._high)
-        return np.asarray(action, dtype=np.int32)
+            return xp.clip(xp.asarray(action, xp.float32), self._low, self._high)
+        return xp.asarray(action, dtype=xp.int32)
 
     def reset(self, key=None) -> tuple[EnvpoolState, np.ndarray]:
         """Reset all environments (seeded at construction; ``key`` is ignored)."""
@@ -215,13 +216,10 @@ class EnvpoolXlaEnv:
     def step(self, state: EnvpoolXlaState, action: jax.Array) -> tuple[EnvpoolXlaState, Transition]:
         """Step with ``action [B]`` int32 (or ``[B, D]`` float32, clipped to the bounds), traceable;
         returns :class:`Transition` fields ``[B, ...]`` as JAX arrays."""
-        info = self.info
-        if info.continuous:
-            action = jnp.clip(action, jnp.asarray(info.action_low)[None], jnp.asarray(info.action_high)[None])
-        action = action.astype(jnp.float32 if info.continuous else jnp.int32)
-        handle, (obs, reward, terminated, truncated, extra) = self._step(state.handle, action)
-        book, transition = _transition(state.book, lambda o: o.astype(info.obs_dtype), obs, reward,
-                                       terminated, truncated, extra, xp=jnp)
+        handle, (obs, reward, terminated, truncated, extra) = self._step(state.handle,
+                                                                         self._host._action(action, xp=jnp))
+        book, transition = _transition(state.book, self._host._cast, obs, reward, terminated, truncated, extra,
+                                       xp=jnp)
         return EnvpoolXlaState(handle, book), transition
 
 
