@@ -48,7 +48,7 @@ structure of the saved actor parameters depends on the decisions taken); see ``a
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -164,8 +164,9 @@ class AutoCompressor:
         states = {k: first if i == 0 else None for i, k in enumerate(self.keys)}
         return {self.keys[0]: p}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
 
-    def _init(self, i: int, params, obs):
-        c, key = self.candidates[i], self._init_keys[i]
+    def _init(self, i: int, params, obs, key=None):
+        """Candidate ``i``'s ``init`` (with ``obs`` when given), by default with its key split in :meth:`init`."""
+        c, key = self.candidates[i], self._init_keys[i] if key is None else key
         return c.init(params, key) if obs is None else c.init(params, key, obs)
 
     def compress(self, params, state: AutoState, obs):
@@ -193,7 +194,7 @@ class AutoCompressor:
         k, c = self.keys[i], self.candidates[i]
 
         def init(params, key, obs=None):
-            p, s = c.init(params, key) if obs is None else c.init(params, key, obs)
+            p, s = self._init(i, params, obs, key)
             return {k: p}, s
 
         def compress(params, state, obs):
