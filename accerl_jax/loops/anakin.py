@@ -28,211 +28,25 @@ and the run's summary lists them.
 ``--compressor auto`` (one seed) runs here too: :class:`AutoChunks` takes the decisions at chunk
 boundaries and keeps one compiled chunk program per candidate (:mod:`accerl_jax.compressor.auto`).
 """
-from __future__ import annotations
 
 import dataclasses
 import os
 import time
-from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from accerl_jax import checkpoint, networks, xla
+from accerl_jax import checkpoint
 from accerl_jax import guard as guard_lib
-from accerl_jax import learner as learner_lib
-from accerl_jax.actor import ActorCarry, AnakinActor
-from accerl_jax.compressor.auto import AutoState
-from accerl_jax.guard import FINITE, guard_update, quantity
+from accerl_jax.actor import AnakinActor
+from accerl_jax.guard import quantity
+from accerl_jax.loops.anakin_auto import AutoChunks
+from accerl_jax.loops.anakin_program import (AnakinState, _seed, initial_state, make_chunk, record_chunk,
+                                             restored_state, state_sharding)
 from accerl_jax.monitor import Monitor
-from accerl_jax.run import (DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, measure_speed, policy_versions, summarize,
-                            unmeasured_speed)
+from accerl_jax.run import Run, measure_speed, summarize, unmeasured_speed
 from accerl_jax.signals import Interrupted, StopSignals
-
-
-class AnakinState(NamedTuple):
-    """The scan carry of the Anakin loop (one seed; ``--num-seeds`` adds a leading seed axis to every leaf)."""
-
-    learner: learner_lib.LearnerState
-    actor_params: tuple  # the last --policy-lag + 1 compressed parameter sets, oldest first; the actor runs [0]
-    versions: jax.Array  # [policy_lag + 1] int32: the update after which each set was compressed (0: initial)
-    compressor: Any  # compressor state, dict keyed by stage name
-    carry: ActorCarry  # env state, current observations, action-sampling key
-    obs: jax.Array  # [T * B, *obs_shape] the last rollout's observations (held-out set for divergence logs)
-    update: jax.Array  # [] int32, updates completed
-    skipped: jax.Array  # [] int32, updates skipped by --on-nan skip
-    bad_update: jax.Array  # [] int32, the first update with a non-finite quantity (--on-nan stop), 0: none
-    bad_quantity: jax.Array  # [] int32, its index into accerl_jax.guard.QUANTITIES, FINITE (-1): none
-
-
-class UpdateOutput(NamedTuple):
-    """What one update hands the host (stacked over the chunk: a leading ``[C]`` axis)."""
-
-    metrics: dict  # [] float32 each: the learner's metrics, skipped_updates, policy_lag_versions
-    episode_return: jax.Array  # [T, B] float32, return of the episode that ended at each step
-    finished: jax.Array  # [T, B] bool, an episode ended at this step
-    episode_length: jax.Array  # [T, B] int32, length (agent steps) of the episode that ended at each step
-    refreshed: jax.Array  # [] bool, the actor's policy was re-compressed after this update
-
-
-class ChunkEnd(NamedTuple):
-    """Measured inside the chunk's program on its final state (no extra dispatches on the host)."""
-
-    divergence: dict  # KL(π_learner ‖ π_actor) and agreement of the policy the actor runs next
-    refresh_divergence: dict  # the same for the freshest compressed policy (TensorBoard refresh/*)
-    # --compressor auto only: [2] float32, the shares of the chunk's last rollout's valid steps with ρ > ρ̄
-    # and ρ > ρ̄ · CLIP_MARGIN (AutoCompressor.clip_fractions, ρ from the learner parameters of that update).
-    clipping: Any = None
-
-
-def make_update_step(run: Run, with_rollout: bool = False):
-    """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``
-    (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on)."""
-    cfg, compressor, info = run.cfg, run.compressor, run.info
-    guarded = guard_update(run.update, cfg.on_nan)
-    every = cfg.compress_every
-
-    def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
-        it = s.update + 1
-        carry, rollout = run.actor.rollout_fn(s.actor_params[0], s.carry)
-        learner, metrics, bad = guarded(s.learner, rollout, it)
-        skipped = s.skipped + (bad != FINITE).astype(jnp.int32) if cfg.on_nan == "skip" else s.skipped
-        obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
-        if every == 1:
-            actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs)
-            refreshed, version = jnp.bool_(True), it
-        else:
-            refreshed = it % every == 0
-            actor_params, comp_state = jax.lax.cond(
-                refreshed, lambda: compressor.compress(learner.params, s.compressor, obs),
-                lambda: (s.actor_params[-1], s.compressor))
-            version = jnp.where(refreshed, it, s.versions[-1])
-        first_bad = (s.bad_update == 0) & (bad != FINITE) if cfg.on_nan == "stop" else jnp.bool_(False)
-        new = AnakinState(
-            learner=learner,
-            actor_params=s.actor_params[1:] + (actor_params,),
-            versions=jnp.concatenate([s.versions[1:], jnp.reshape(version, (1,)).astype(jnp.int32)]),
-            compressor=comp_state,
-            carry=carry,
-            obs=obs,
-            update=it,
-            skipped=skipped,
-            bad_update=jnp.where(first_bad, it, s.bad_update),
-            bad_quantity=jnp.where(first_bad, bad, s.bad_quantity),
-        )
-        metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
-                       policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
-        finished = (rollout.terminated | rollout.truncated) & rollout.valid
-        out = UpdateOutput(metrics, rollout.episode_return, finished, rollout.episode_length, refreshed)
-        return (new, out, rollout) if with_rollout else (new, out)
-
-    return step
-
-
-def state_sharding():
-    """Where the Anakin state lives: replicated over the learner's mesh of all local devices."""
-    return NamedSharding(learner_lib.make_mesh(), P())
-
-
-def chunk_length(run: Run) -> int:
-    """Updates per compiled chunk: chunks end at every --log-every and --checkpoint-every multiple, so none
-    is longer than the smaller of the two (and the budget)."""
-    cfg = run.cfg
-    return min([cfg.log_every, run.num_updates] + ([cfg.checkpoint_every] if cfg.checkpoint_every else []))
-
-
-def make_chunk(run: Run, clipping: Callable | None = None):
-    """The jitted chunk ``(AnakinState, active) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``: one
-    ``lax.scan`` of ``C =`` :func:`chunk_length` steps of which the first ``active`` ([] int32, traced)
-    run an update and the rest leave the state as it is (their outputs are zeros), so that a chunk cut
-    short (the budget's end, a resume between boundaries) reuses the one compiled program (compiling a
-    second length cost ~24 s on a loaded 2-core CPU). Vmapped over the seed axis for ``--num-seeds`` > 1.
-
-    Inputs are expected on :func:`state_sharding` and outputs are put there too, so that the state a
-    chunk returns hits the same compiled program (otherwise its different shardings compile the
-    program a second time: measured ~9 s on a loaded 2-core CPU).
-
-    ``clipping(params, rollout) -> (clipped, beyond)`` ([] float32 each; ``--compressor auto``'s
-    :meth:`~accerl_jax.compressor.auto.AutoCompressor.clip_fractions`), if given, is measured on the
-    chunk's last update only (one extra forward pass per chunk) and returned as ``ChunkEnd.clipping``.
-    The returned function's ``jitted`` attribute is the compiled ``jax.jit`` object (its cache counts
-    compilations).
-    """
-    step = make_update_step(run, with_rollout=clipping is not None)
-    length = chunk_length(run)
-
-    def chunk(state: AnakinState, active):
-        idle_out = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(step, state, None)[1])
-
-        def update(carry, i):
-            s, clip = carry
-            if clipping is None:
-                new, out = step(s, None)
-            else:
-                new, out, rollout = step(s, None)
-                clip = jax.lax.cond(i == active - 1, lambda: jnp.stack(clipping(s.learner.params, rollout)),
-                                    lambda: clip)
-            return (new, clip), out
-
-        def body(carry, i):
-            return jax.lax.cond(i < active, update, lambda c, _: (c, idle_out), carry, i)
-
-        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
-        (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
-        held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
-        learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
-        end = ChunkEnd(run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0]),
-                       run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]),
-                       clip)
-        return state, out, end
-
-    if run.cfg.num_seeds > 1:
-        chunk = jax.vmap(chunk, in_axes=(0, None))
-    jitted = xla.jit(chunk, run.spec.family, out_shardings=state_sharding())
-
-    def call(state: AnakinState, active: int):
-        return jitted(state, np.int32(active))
-
-    call.jitted = jitted
-    return call
-
-
-def initial_state(run: Run, seed: int) -> AnakinState:
-    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it."""
-    cfg = run.cfg
-    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(seed), 3)
-    params = networks.init_params(run.spec, k_net)
-    carry = run.actor.reset(k_actor)
-    actor_params, comp_state = run.compressor.init(params, k_comp, carry.obs)  # first obs calibrate int8
-    lag = cfg.policy_lag + 1
-    obs = jnp.zeros((cfg.rollout_length * run.info.num_envs,) + tuple(run.info.obs_shape), carry.obs.dtype)
-    zero = jnp.zeros((), jnp.int32)
-    return AnakinState(learner_lib.init_state(params, run.optimizer), (actor_params,) * lag,
-                       jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
-                       jnp.full((), FINITE, jnp.int32))
-
-
-def restored_state(run: Run, skipped) -> AnakinState:
-    """The state of a ``--resume`` checkpoint: its (trimmed) lagged parameter sets padded to
-    ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
-    cfg, completed = run.cfg, run.start_update
-    learner, lagged, comp_state, carry = run.restored
-    if not run.info.jittable:  # host (envpool) envs cannot be saved: they restart, the actor's key continues
-        carry = run.actor.reset(run.k_actor)._replace(key=carry)
-    lag = cfg.policy_lag + 1
-    lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
-    versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
-    seeds = cfg.num_seeds
-    obs = jnp.zeros((cfg.rollout_length * run.info.num_envs,) + tuple(run.info.obs_shape), carry.obs.dtype)
-
-    def per_seed(x):
-        return jnp.broadcast_to(x, (seeds,) + x.shape) if seeds > 1 else x
-
-    return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
-                       per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
-                       per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
 
 
 def check_anakin(cfg, jittable: bool) -> None:
@@ -289,105 +103,6 @@ def fused_actor_run(run: Run) -> Run:
         return run
     actor = AnakinActor(run.env.xla(), run.actor_apply, run.cfg.rollout_length, family=run.spec.family)
     return dataclasses.replace(run, actor=actor)
-
-
-def record_chunk(monitor: Monitor, out: UpdateOutput, updates: int, steps_per_update: int) -> None:
-    """Hand ``monitor`` the episodes that ended in the first ``updates`` updates of one seed's chunk
-    output (``[C, T, B]`` arrays, flattened to ``[updates * T, B]`` in time order: one call, not one per
-    update); ``steps_per_update`` agent steps count per update."""
-    def flat(x):
-        x = np.asarray(x)[:updates]
-        return x.reshape((-1,) + x.shape[2:])
-
-    monitor.record_episodes(flat(out.episode_return), flat(out.finished), updates * steps_per_update,
-                            episode_length=flat(out.episode_length))
-
-
-def _seed(tree, k: int, seeds: int):
-    return jax.tree.map(lambda x: x[k], tree) if seeds > 1 else tree
-
-
-class AutoChunks:
-    """``--compressor auto`` in the Anakin loop: called as the chunk function ``(AnakinState, active) ->
-    (AnakinState, UpdateOutput [C, ...], ChunkEnd)``, it first takes the auto decision for the state it
-    is given (the previous chunk's final state), then runs the chunk program of the candidate chosen.
-
-    * One compiled chunk program per candidate (:meth:`AutoCompressor.candidate
-      <accerl_jax.compressor.auto.AutoCompressor.candidate>`: the actor-params pytree differs per
-      candidate), built when the candidate first runs and kept, so a switch back compiles nothing.
-    * The decision is made on the host at chunk boundaries, from what the previous chunk measured at its
-      end (``ChunkEnd``: KL(π_learner ‖ π_running) of the freshest compressed policy and ρ clipping of its
-      last update), so checking the triggers costs no dispatch; an evaluation
-      (:meth:`AutoCompressor.decide <accerl_jax.compressor.auto.AutoCompressor.decide>`) runs only when
-      a trigger fires. The first one runs before the first chunk (update 0, on the reset observations).
-    * A switch keeps the learner state, env carry, update counter and the non-finite guard's counters;
-      the new candidate's actor parameters (compressed from the current learner parameters by the
-      evaluation) fill all ``--policy-lag + 1`` lagged sets (versions: the current update), and its own
-      kept compressor state (e.g. a distillation student's) becomes the state's ``compressor``. The
-      running candidate's state lives in the ``AnakinState``; the host's ``AutoState`` keeps the others.
-    * Each decision goes to the Monitor (``decisions.jsonl``, console, TensorBoard) and the summary.
-    """
-
-    def __init__(self, run: Run):
-        self.run, self.auto = run, run.compressor
-        self.programs: dict[int, Callable] = {}  # candidate index -> its compiled chunk program
-        self.auto_state = None  # the host's AutoState; its entry for the running candidate is refreshed before use
-        self.last_end: ChunkEnd | None = None  # what the previous chunk measured at its end
-        self.decisions: list[dict] = []
-        self.decide_s = 0.0  # host seconds spent in decisions (evaluations, switches); the loop waits for them
-
-    def program(self, i: int) -> Callable:
-        """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
-        if i not in self.programs:
-            run = dataclasses.replace(self.run, compressor=self.auto.candidate(i))
-            self.programs[i] = make_chunk(run, clipping=self.auto.clip_fractions)
-        return self.programs[i]
-
-    def __call__(self, s: AnakinState, active: int):
-        if isinstance(s.compressor, AutoState):  # a new run's state: the host keeps every candidate's state
-            self.auto_state = s.compressor
-            s = s._replace(compressor=s.compressor.states[self.auto.keys[int(s.compressor.current)]])
-            obs = s.carry.obs[None]
-        else:
-            obs = s.obs.reshape((self.run.cfg.rollout_length, self.run.info.num_envs) + tuple(self.run.info.obs_shape))
-        start = time.perf_counter()
-        s = self._decide(s, obs)
-        self.decide_s += time.perf_counter() - start
-        new_state, out, end = self.program(int(self.auto_state.current))(s, active)
-        self.last_end = end
-        return new_state, out, end
-
-    def _measured(self) -> dict:
-        """The running policy's trigger statistics measured at the end of the previous chunk."""
-        end = jax.device_get((self.last_end.refresh_divergence["kl_learner_actor"], self.last_end.clipping))
-        kl, (clipped, beyond) = end
-        return {"kl": float(kl), "clip_fraction": float(clipped), "clip_fraction_margin": float(beyond)}
-
-    def _decide(self, s: AnakinState, obs) -> AnakinState:
-        auto, st = self.auto, self.auto_state
-        st = st._replace(states={**st.states, auto.keys[int(st.current)]: s.compressor})
-        update = int(jax.device_get(s.update))
-        # The triggers' statistics are fetched only when they may fire (a scalar copy each, already computed).
-        measured = self._measured() if self.last_end is not None and auto.check_due(update, st) else {}
-        actor_params, st, decision = auto.decide(update, s.learner.params, st, s.actor_params[-1], obs, measured)
-        self.auto_state = st
-        if decision is None:
-            return s
-        self.decisions.append(decision)
-        self.run.monitor.log_decision(decision)
-        if not decision["switched"]:
-            return s
-        lag = self.run.cfg.policy_lag + 1
-        s = s._replace(actor_params=(actor_params,) * lag, versions=jnp.full((lag,), update, jnp.int32),
-                       compressor=st.states[auto.keys[int(st.current)]])
-        return jax.device_put(s, state_sharding())
-
-    def summary(self) -> dict:
-        """The summary's auto fields (as the sequential loop's, plus the programs compiled)."""
-        return {"auto_decisions": self.decisions, "auto_running": self.auto.running(self.auto_state),
-                "auto_skipped_evaluations": self.auto.skipped_evaluations, "auto_decide_s": self.decide_s,
-                "auto_chunk_programs": sorted(self.auto.specs[i] for i in self.programs)}
-
 
 def run_anakin(run: Run, stop: StopSignals, trained: dict | None, claimed: list[str]) -> dict:
     """Train ``run`` to its budget (or a signal / non-finite update) and return its summary (with

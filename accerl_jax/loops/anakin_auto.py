@@ -1,0 +1,96 @@
+"""``--compressor auto`` in the Anakin loop: the decisions taken on the host between chunks, one compiled
+chunk program per candidate (:mod:`accerl_jax.compressor.auto`)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from accerl_jax.compressor.auto import AutoState
+from accerl_jax.loops.anakin_program import AnakinState, ChunkEnd, make_chunk, state_sharding
+from accerl_jax.run import Run
+
+
+class AutoChunks:
+    """``--compressor auto`` in the Anakin loop: called as the chunk function ``(AnakinState, active) ->
+    (AnakinState, UpdateOutput [C, ...], ChunkEnd)``, it first takes the auto decision for the state it
+    is given (the previous chunk's final state), then runs the chunk program of the candidate chosen.
+
+    * One compiled chunk program per candidate (:meth:`AutoCompressor.candidate
+      <accerl_jax.compressor.auto.AutoCompressor.candidate>`: the actor-params pytree differs per
+      candidate), built when the candidate first runs and kept, so a switch back compiles nothing.
+    * The decision is made on the host at chunk boundaries, from what the previous chunk measured at its
+      end (``ChunkEnd``: KL(π_learner ‖ π_running) of the freshest compressed policy and ρ clipping of its
+      last update), so checking the triggers costs no dispatch; an evaluation
+      (:meth:`AutoCompressor.decide <accerl_jax.compressor.auto.AutoCompressor.decide>`) runs only when
+      a trigger fires. The first one runs before the first chunk (update 0, on the reset observations).
+    * A switch keeps the learner state, env carry, update counter and the non-finite guard's counters;
+      the new candidate's actor parameters (compressed from the current learner parameters by the
+      evaluation) fill all ``--policy-lag + 1`` lagged sets (versions: the current update), and its own
+      kept compressor state (e.g. a distillation student's) becomes the state's ``compressor``. The
+      running candidate's state lives in the ``AnakinState``; the host's ``AutoState`` keeps the others.
+    * Each decision goes to the Monitor (``decisions.jsonl``, console, TensorBoard) and the summary.
+    """
+
+    def __init__(self, run: Run):
+        self.run, self.auto = run, run.compressor
+        self.programs: dict[int, Callable] = {}  # candidate index -> its compiled chunk program
+        self.auto_state = None  # the host's AutoState; its entry for the running candidate is refreshed before use
+        self.last_end: ChunkEnd | None = None  # what the previous chunk measured at its end
+        self.decisions: list[dict] = []
+        self.decide_s = 0.0  # host seconds spent in decisions (evaluations, switches); the loop waits for them
+
+    def program(self, i: int) -> Callable:
+        """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
+        if i not in self.programs:
+            run = dataclasses.replace(self.run, compressor=self.auto.candidate(i))
+            self.programs[i] = make_chunk(run, clipping=self.auto.clip_fractions)
+        return self.programs[i]
+
+    def __call__(self, s: AnakinState, active: int):
+        if isinstance(s.compressor, AutoState):  # a new run's state: the host keeps every candidate's state
+            self.auto_state = s.compressor
+            s = s._replace(compressor=s.compressor.states[self.auto.keys[int(s.compressor.current)]])
+            obs = s.carry.obs[None]
+        else:
+            obs = s.obs.reshape((self.run.cfg.rollout_length, self.run.info.num_envs) + tuple(self.run.info.obs_shape))
+        start = time.perf_counter()
+        s = self._decide(s, obs)
+        self.decide_s += time.perf_counter() - start
+        new_state, out, end = self.program(int(self.auto_state.current))(s, active)
+        self.last_end = end
+        return new_state, out, end
+
+    def _measured(self) -> dict:
+        """The running policy's trigger statistics measured at the end of the previous chunk."""
+        end = jax.device_get((self.last_end.refresh_divergence["kl_learner_actor"], self.last_end.clipping))
+        kl, (clipped, beyond) = end
+        return {"kl": float(kl), "clip_fraction": float(clipped), "clip_fraction_margin": float(beyond)}
+
+    def _decide(self, s: AnakinState, obs) -> AnakinState:
+        auto, st = self.auto, self.auto_state
+        st = st._replace(states={**st.states, auto.keys[int(st.current)]: s.compressor})
+        update = int(jax.device_get(s.update))
+        # The triggers' statistics are fetched only when they may fire (a scalar copy each, already computed).
+        measured = self._measured() if self.last_end is not None and auto.check_due(update, st) else {}
+        actor_params, st, decision = auto.decide(update, s.learner.params, st, s.actor_params[-1], obs, measured)
+        self.auto_state = st
+        if decision is None:
+            return s
+        self.decisions.append(decision)
+        self.run.monitor.log_decision(decision)
+        if not decision["switched"]:
+            return s
+        lag = self.run.cfg.policy_lag + 1
+        s = s._replace(actor_params=(actor_params,) * lag, versions=jnp.full((lag,), update, jnp.int32),
+                       compressor=st.states[auto.keys[int(st.current)]])
+        return jax.device_put(s, state_sharding())
+
+    def summary(self) -> dict:
+        """The summary's auto fields (as the sequential loop's, plus the programs compiled)."""
+        return {"auto_decisions": self.decisions, "auto_running": self.auto.running(self.auto_state),
+                "auto_skipped_evaluations": self.auto.skipped_evaluations, "auto_decide_s": self.decide_s,
+                "auto_chunk_programs": sorted(self.auto.specs[i] for i in self.programs)}
