@@ -18,6 +18,7 @@ step bootstraps when it should not.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -34,6 +35,16 @@ class EnvpoolState(NamedTuple):
     needs_reset: np.ndarray  # bool: the previous step ended an episode; this step is the reset step
     episode_return: np.ndarray  # float32
     episode_length: np.ndarray  # int32
+
+
+def _make(env_id: str, **kwargs):
+    """``envpool.make`` of a gymnasium-API pool, without the gymnasium ``UserWarning``s its spaces print
+    (e.g. "Box low's precision lowered by casting to float32"): they say nothing a user can act on."""
+    import envpool
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="gymnasium")
+        return envpool.make(env_id, env_type="gymnasium", **kwargs)
 
 
 class EnvpoolEnv:
@@ -56,7 +67,7 @@ class EnvpoolEnv:
                 "(envpool.list_all_envs() lists all)"
             )
         try:
-            self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed)
+            self._env = _make(env_id, num_envs=num_envs, seed=seed)
         except Exception as err:  # envpool raises many kinds (bad seed, missing system libraries, ...)
             raise ValueError(f"cannot build envpool:{env_id} with {num_envs} envs, seed {seed}: {err}") from None
         space = self._env.action_space
@@ -243,9 +254,8 @@ class AsyncEnvpoolEnv(EnvpoolEnv):
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"bad envpool batch size {batch_size} for {num_envs} envs; expected 1 to {num_envs}")
         super().__init__(env_id, num_envs, seed)  # validates the task; its synchronous pool is replaced below
-        import envpool
 
-        self._env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size, seed=seed)
+        self._env = _make(env_id, num_envs=num_envs, batch_size=batch_size, seed=seed)
         self.batch_size = batch_size
         self._state = None
 
