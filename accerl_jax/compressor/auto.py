@@ -114,7 +114,12 @@ class AutoCompressor:
       warmup: ``compress`` calls each non-running candidate makes at an evaluation.
       samples: observations the divergence is measured on.
       speed_forwards, rounds: forward passes per timed scan; interleaved timing rounds.
+
+    ``timed_stages`` is empty, as :class:`~accerl_jax.compressor.base.Compressor`'s: auto's time is all
+    compression.
     """
+
+    timed_stages: tuple = ()
 
     def __init__(self, candidates: Sequence[tuple[str, Compressor]], teacher_apply: ApplyFn, *, family: str,
                  divergence: Callable, forward_timer: Callable, max_kl: float, every: int = 100,

@@ -24,11 +24,17 @@ from accerl_jax.types import ApplyFn, Params
 
 
 class Compressor(NamedTuple):
-    """A pair of pure functions plus the apply-function transform. See the module docstring."""
+    """A pair of pure functions plus the apply-function transform (module docstring), and what the
+    compressor needs from a loop, declared so that no loop has to probe it:
+
+    * ``timed_stages``: stages whose seconds the Monitor reports apart (``distill``); a compressor that
+      declares any takes ``compress(..., timer=...)`` (:func:`chain`).
+    """
 
     init: Callable[..., tuple[Params, Any]]  # (params, key[, obs])
     compress: Callable[[Params, Any, jax.Array], tuple[Params, Any]]
     actor_apply: Callable[[ApplyFn], ApplyFn]
+    timed_stages: tuple = ()
 
 
 class IdentityState(NamedTuple):
@@ -82,4 +88,5 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
             apply = c.actor_apply(apply)
         return apply
 
-    return Compressor(init, compress, actor_apply)
+    timed = tuple(name for name, c in named if c.timed_stages)
+    return Compressor(init, compress, actor_apply, timed_stages=timed)

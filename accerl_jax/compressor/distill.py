@@ -181,7 +181,7 @@ def distill(
             state = run_steps(state, params, obs)
         return state.student_params, state
 
-    return Compressor(init, compress, actor_apply=lambda apply: student_apply)
+    return Compressor(init, compress, actor_apply=lambda apply: student_apply, timed_stages=("distill",))
 
 
 class _AsyncWorker:
