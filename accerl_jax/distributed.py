@@ -20,7 +20,6 @@ from accerl_jax.config import Config, ConfigError, flag
 ENV_VARS = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
             "process_id": "JAX_PROCESS_ID"}
 MAX_PROCESSES = 65536
-LOOPS = ("auto", "sequential")  # --loop values a multi-host run accepts ("auto" runs the sequential loop)
 VOTE_TIMEOUT_S = 300  # how long a process waits for the others to finish checking their settings
 
 
@@ -89,32 +88,19 @@ def check_address(address: str, source: str = "--coordinator-address") -> None:
         raise ConfigError(f"bad {source} {address!r}: cannot resolve host {host!r} ({err}); expected {expected}") from None
 
 
-def check_supported(cfg: Config) -> None:
-    """Refuse what a multi-host run does not support.
-
-    Raises:
-      ConfigError: for a ``--loop`` outside :data:`LOOPS`, or ``--resume`` (each process's actors would
-        need their own saved state, and only process 0 keeps files).
-    """
-    if cfg.loop not in LOOPS:
-        raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the "
-                          "sequential loop; use --loop sequential (or auto)")
-    if cfg.resume is not None:
-        raise ConfigError(f"bad --resume {cfg.resume!r} with several processes: a multi-host run cannot be resumed "
-                          "(each process's actors would need their own saved state, and only process 0 keeps "
-                          "files); start a new run")
-
-
 def join(cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[Cluster]:
-    """:func:`resolve`, :func:`check_supported` and :func:`initialize`: call it first, before anything
-    touches a JAX device (importing gymnax does). Returns the :class:`Cluster`, or None for one process.
+    """:func:`resolve`, the plan's checks of the flags for that many processes
+    (:func:`accerl_jax.plan.check_config`) and :func:`initialize`: call it first, before anything touches a
+    JAX device (importing gymnax does). Returns the :class:`Cluster`, or None for one process.
 
     Raises:
-      ConfigError: from those three, all raised before anything is written.
+      ConfigError: from those three, all raised before anything is written or contacted.
     """
     cluster = resolve(cfg, environ)
     if cluster is not None:
-        check_supported(cfg)
+        from accerl_jax.plan import check_config  # touches no device
+
+        check_config(cfg, cluster.num_processes)
         initialize(cluster)
     return cluster
 

@@ -1,9 +1,8 @@
-"""What every training loop shares: *setup* (check the user's choices, build the environment, networks,
-compressor, optimizer, checkpointer and Monitor, restore a ``--resume`` checkpoint) and the *summary*.
-
-:func:`setup` raises :class:`~accerl_jax.config.ConfigError` before anything is written; it returns a
-:class:`Run` that a loop (:mod:`accerl_jax.loops`) drives: the sequential stage-by-stage loop, the fused
-Anakin loop or the threaded Sebulba loop. Each loop ends with :func:`summarize`.
+"""Setup of a run: build what the :class:`~accerl_jax.plan.Plan` says (environment, networks, compressor,
+optimizer, learner update, actor, checkpointer, Monitor), claim the log folder, restore a ``--resume``
+checkpoint. :func:`setup` raises :class:`~accerl_jax.config.ConfigError` before anything is written; the
+:class:`Run` it returns is driven by :class:`accerl_jax.driver.Driver` through one stepper
+(:mod:`accerl_jax.loops`).
 """
 from __future__ import annotations
 
@@ -18,22 +17,20 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax import checkpoint
+from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
 from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.compressor.auto import auto
-from accerl_jax.config import Config, ConfigError, validate
-from accerl_jax.corrector import CORRECTORS
+from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
-from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence, require_wandb
-from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update, params_digest
-from accerl_jax.signals import signal_name
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
 SPEED_FORWARDS = 32  # forward passes per timed scan in the policy-speed measurement
-MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 AUTO_CHECK_EVERY = 10  # --compressor auto measures its triggers (KL, clipped fraction of ρ) every this many updates
 
 
@@ -80,57 +77,6 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
-def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
-    """The learner's :class:`~accerl_jax.learner.LossConfig` for ``cfg``.
-
-    Raises:
-      ConfigError: for a bad ``--loss`` or a combination the losses do not accept (``appo`` with
-        ``retrace``; ``--epochs``/``--minibatches`` other than 1 without ``appo``).
-    """
-    if cfg.loss not in learner_lib.LOSSES:
-        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)}")
-    try:
-        return learner_lib.LossConfig(
-            corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
-            clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
-            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=cfg.loss, ppo_clip=cfg.ppo_clip,
-            epochs=cfg.epochs, minibatches=cfg.minibatches,
-        )
-    except ValueError as err:
-        raise ConfigError(f"bad --loss/--corrector combination: {err}") from None
-
-
-def check_action_space(cfg: Config, info) -> None:
-    """Reject what continuous actions do not support.
-
-    Raises:
-      ConfigError: ``--corrector retrace`` (needs a Q table over discrete actions) on a continuous-action env.
-    """
-    if info.continuous and cfg.corrector == "retrace":
-        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
-                          "all actions); this env has continuous actions; use vtrace, is or none")
-
-
-
-
-def check_auto(cfg: Config) -> None:
-    """Reject what ``--compressor auto`` does not support.
-
-    Raises:
-      ConfigError: ``--resume`` of an auto run (the saved actor parameters' structure depends on the
-        decisions taken, and the decision history is not restored), or ``--distill-async`` with auto.
-    """
-    if cfg.compressor != "auto":
-        return
-    if cfg.resume is not None:
-        raise ConfigError(f"bad --resume {cfg.resume!r} with --compressor auto: resuming an auto run is not "
-                          "supported (its actor parameters change structure with each decision); start a new run, "
-                          "or resume a run with a fixed --compressor")
-    if cfg.distill_async:
-        raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
-                          "itself, synchronously; drop the flag")
-
-
 def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool):
     """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``.
 
@@ -162,6 +108,7 @@ class Run:
     """
 
     cfg: Config
+    plan: plan_lib.Plan
     config_json: dict
     logdir: str
     wall_start: float  # time.perf_counter() at the start (earlier by the resumed run's wall time)
@@ -218,14 +165,8 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
         checkpoint), raised before anything is written.
     """
-    validate(cfg)
     n_proc, pid = jax.process_count(), jax.process_index()
-    if cfg.wandb or cfg.wandb_project:
-        require_wandb()
-    if cfg.corrector not in CORRECTORS:
-        raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
-    loss_cfg = make_loss_config(cfg)
-    check_auto(cfg)
+    loop = plan_lib.check_config(cfg, n_proc, jax.local_device_count())
     config_json = dataclasses.asdict(cfg)
     resume_point = None
     if cfg.resume is not None:
@@ -243,25 +184,12 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
-    n_dev = jax.local_device_count()
-    if info.num_envs % n_dev:
-        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices")
-    if info.num_envs % (n_dev * cfg.minibatches):
-        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
-                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
-    check_action_space(cfg, info)
-    steps_per_update = info.num_envs * cfg.rollout_length * n_proc
-    num_updates = max(1, cfg.total_steps // steps_per_update)
-    if num_updates > MAX_UPDATES:
-        raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    plan = plan_lib.make_plan(cfg, info, loop)
+    n_dev, spec, loss_cfg = plan.local_devices, plan.spec, plan.loss
+    steps_per_update, num_updates = plan.steps_per_update, plan.num_updates
     if resume_point is not None and resume_point.meta["extra"]["completed"] >= num_updates:
         raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
                           "nothing to resume")
-    try:
-        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first,
-                                     action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
-    except ValueError as err:
-        raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     try:
@@ -345,7 +273,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
-        cfg=cfg, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info, n_dev=n_dev,
+        cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info, n_dev=n_dev,
         steps_per_update=steps_per_update, num_updates=num_updates, spec=spec, learner_apply=learner_apply,
         loss_apply=loss_apply, loss_cfg=loss_cfg, compressor=compressor, actor_apply=actor_apply, actor=actor,
         optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp, k_actor=k_actor,
@@ -360,117 +288,3 @@ def policy_versions(completed: int, count: int, compress_every: int) -> list[int
     first: the set made after update ``u`` was compressed after update ``(u // compress_every) *
     compress_every`` (0: the initial compression; sets older than the run are the initial one)."""
     return [(max(u, 0) // compress_every) * compress_every for u in range(completed - count + 1, completed + 1)]
-
-
-def measure_speed(run: Run, state, actor_params, obs) -> dict:
-    """The actor's policy speedup over the learner's (:func:`accerl_jax.speed.policy_speedup`) on
-    ``obs [T, B, *obs_shape]`` (the first :data:`SPEED_FORWARDS` steps are used)."""
-    return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
-                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family)
-
-
-def unmeasured_speed(run: Run) -> dict:
-    """The speed fields of a run that stopped early (its policy speed is not measured)."""
-    return {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
-            "forward_batch": run.info.num_envs}
-
-
-def wind_up(run: Run, *, stopped: str | None, completed: int, logged: int, metrics: dict, save: Callable,
-            log: Callable, state, actor_params, rollout, trained: dict | None) -> tuple[str | None, dict, dict]:
-    """End a host-driven loop (sequential, Sebulba): save the last completed update (unless the run
-    diverged), log its row if not yet logged, measure the policy speed (a stopped run, or a multi-host
-    process other than 0, skips it), close the Monitor and checkpointer, and fill ``trained``.
-
-    ``save(step)`` and ``log(step, metrics) -> metrics`` are the loop's own. A Ctrl-C during this still
-    summarises what ran. Returns ``(stopped, metrics, speed_report)`` for :func:`summarize`.
-    """
-    try:
-        if stopped != "diverged" and run.saver.last_step != completed:
-            save(completed)
-        if logged != completed:  # the interrupted run's last updates get their row too
-            metrics = log(completed, metrics)
-        speed_report = (measure_speed(run, state, actor_params, rollout.obs) if stopped is None and run.writer
-                        else unmeasured_speed(run))
-    except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
-        stopped = "interrupted"
-        speed_report = unmeasured_speed(run)
-    finally:
-        run.monitor.close()
-        run.saver.close()
-    if trained is not None and rollout is not None:
-        trained.update(learner_params=state.params, actor_params=actor_params,
-                       obs=rollout.obs.reshape((-1,) + run.info.obs_shape))
-    return stopped, metrics, speed_report
-
-
-def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
-              stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
-              **fields) -> dict:
-    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock.
-
-    ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
-    Returns the summary dict (see README, "Outputs").
-    """
-    cfg, info, monitor, saver = run.cfg, run.info, run.monitor, run.saver
-    times = monitor.times
-    wall = time.perf_counter() - run.wall_start
-    final = jax.device_get(metrics)
-    summary = {
-        "env": cfg.env,
-        "compressor": cfg.compressor,
-        "corrector": cfg.corrector,
-        "loss": cfg.loss,
-        "policy_lag": cfg.policy_lag,
-        "seed": cfg.seed,
-        "num_envs": info.num_envs,
-        "rollout_length": cfg.rollout_length,
-        "updates": completed,
-        "stopped": stopped,
-        "stop_reason": stop_reason,
-        "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
-        "skipped_updates": skipped_updates,
-        "resumed_from_update": run.resume_point.step if run.resume_point is not None else None,
-        "last_checkpoint": (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
-                            if saver.last_step is not None else None),
-        "checkpoint_time_s": saver.seconds,
-        "total_env_steps": monitor.env_steps,
-        "wall_time_s": wall,
-        "actor_time_s": times["actor"],
-        "env_time_s": times["env"],
-        "env_time_source": "calibrated: env-only rollouts with random actions" if info.jittable else "measured",
-        "inference_time_s": times["inference"],
-        "learner_time_s": times["learner"],
-        "compress_time_s": times["compress"],
-        "distill_time_s": times["distill"],
-        "final_return_mean": monitor.return_mean if monitor.returns else None,
-        "final_length_mean": monitor.length_mean if monitor.lengths else None,
-        "return_window": cfg.return_window,
-        "returns_averaged": len(monitor.returns),
-        "episodes": monitor.episodes,
-        "steps_per_s": monitor.env_steps / wall,
-        "learner_network": dataclasses.asdict(run.spec),
-        "learner_params": networks.param_count(state.params),
-        "actor_params": networks.param_count(actor_params),
-        "actor_param_bytes": networks.param_bytes(actor_params),
-        "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
-        "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
-        # The last update's importance ratios π/μ (issue 6): mean |log ρ|, fractions with ρ > ρ̄ and ρ > c̄.
-        **{k: float(final[k]) if k in final else None
-           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate")},
-        "devices": run.n_dev,
-        "num_processes": run.num_processes,
-        "process_id": run.process_id,
-        "learner_devices": jax.device_count(),
-        "learner_batch": info.num_envs * run.num_processes,
-        "learner_params_digest": params_digest(state.params),
-        "backend": jax.default_backend(),
-        "logdir": run.logdir,
-        "config": dataclasses.asdict(cfg),
-        **speed_report,
-        **fields,
-    }
-    if run.writer:  # multi-host: only process 0's outputs are kept
-        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
-    monitor.write_summary(summary)
-    run.lock.release()
-    return summary

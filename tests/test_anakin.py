@@ -14,6 +14,7 @@ import pytest
 
 from accerl_jax import checkpoint, loop
 from accerl_jax.config import Config, ConfigError
+from accerl_jax.plan import choose_loop
 
 UPDATES = 4
 
@@ -31,12 +32,12 @@ def single(tmp_path_factory):
 
 
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
-    assert loop.resolve_loop(Config(env="envpool:CartPole-v1")) == "sebulba"
+    assert choose_loop(Config(env="gymnax:CartPole-v1")) == "anakin"
+    assert choose_loop(Config(env="envpool:CartPole-v1")) == "sebulba"
     # Asynchronous distillation runs in a host thread: auto falls back to the sequential loop. Auto
     # compression switches at the Anakin loop's chunk boundaries (tests/test_auto.py).
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "anakin"
+    assert choose_loop(Config(env="gymnax:CartPole-v1", distill_async=True)) == "sequential"
+    assert choose_loop(Config(env="gymnax:CartPole-v1", compressor="auto")) == "anakin"
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -77,11 +78,8 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
 
 def test_anakin_refuses_envpool_on_several_devices(monkeypatch):
     """XLA's partitioner rejects envpool's side-effecting step in a program over several devices."""
-    from accerl_jax.loops import anakin
-
-    monkeypatch.setattr(anakin.jax, "local_device_count", lambda: 2)
     with pytest.raises(ConfigError, match="bad --loop anakin for envpool:CartPole-v1 on 2 local devices"):
-        loop.resolve_loop(Config(env="envpool:CartPole-v1", loop="anakin"))
+        choose_loop(Config(env="envpool:CartPole-v1", loop="anakin"), local_devices=2)
 
 
 def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_does(tmp_path):

@@ -19,6 +19,7 @@ from accerl_jax import checkpoint, loop, networks, speed
 from accerl_jax.compressor import make_compressor
 from accerl_jax.compressor.auto import CLIP_MARGIN, auto, candidate_key, parse_candidates
 from accerl_jax.config import Config
+from accerl_jax.plan import choose_loop
 from accerl_jax.monitor import policy_divergence
 from accerl_jax.types import Rollout
 
@@ -217,7 +218,7 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", auto_every=1000, total_steps=4 * 8 * updates,
                  num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0, logdir=str(tmp_path / "run"),
                  progress=False)
-    assert loop.resolve_loop(cfg) == "anakin"
+    assert choose_loop(cfg) == "anakin"
     summary = loop.train(cfg)
     assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == updates
     lines = _decisions(cfg.logdir)

@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 import pytest
 
-from accerl_jax import loop
+from accerl_jax import learner, loop, speed
 from accerl_jax import run as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
@@ -20,19 +20,19 @@ def tiny(tmp_path, **kw) -> Config:
 
 def test_claim_logdir_is_exclusive(tmp_path):
     logdir = str(tmp_path / "run")
-    loop.claim_logdir(logdir)
+    run_lib.claim_logdir(logdir)
     with pytest.raises(ConfigError, match="already holds a run"):
-        loop.claim_logdir(logdir)
+        run_lib.claim_logdir(logdir)
 
 
 def test_default_logdirs_differ_for_identical_configs():
     cfg = Config()
-    assert loop.default_logdir(cfg) != loop.default_logdir(cfg)
+    assert run_lib.default_logdir(cfg) != run_lib.default_logdir(cfg)
 
 
 @pytest.mark.parametrize("which", ["anakin", "sequential"])
 def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypatch, which):
-    real = loop.learner_lib.make_update
+    real = learner.make_update
 
     def poisoned(*args, **kwargs):
         update = real(*args, **kwargs)
@@ -43,7 +43,7 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
 
         return wrapped
 
-    monkeypatch.setattr(loop.learner_lib, "make_update", poisoned)
+    monkeypatch.setattr(learner, "make_update", poisoned)
     cfg = tiny(tmp_path, loop=which)
     summary = loop.train(cfg)
     assert summary["stopped"] == "diverged"
@@ -76,7 +76,7 @@ def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop.speed, "policy_speedup", interrupted)
+    monkeypatch.setattr(speed, "policy_speedup", interrupted)
     cfg = tiny(tmp_path)
     summary = loop.train(cfg)
     assert summary["stopped"] == "interrupted" and summary["actor_policy_speedup"] is None

@@ -21,6 +21,7 @@ from accerl_jax.async_actor import AsyncActor, RolloutAssembler
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
 from accerl_jax.loops import sebulba
+from accerl_jax.plan import choose_loop
 from accerl_jax.types import Transition
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,8 +152,8 @@ def test_sebulba_trains_with_versioned_rollouts_stops_on_sigint_and_resumes(tmp_
 
 
 def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
-    assert loop.resolve_loop(Config(env="envpool:Pong-v5")) == "sebulba"
-    assert loop.resolve_loop(Config(env="gymnax:CartPole-v1")) != "sebulba"
+    assert choose_loop(Config(env="envpool:Pong-v5")) == "sebulba"
+    assert choose_loop(Config(env="gymnax:CartPole-v1")) != "sebulba"
     bad = [
         (dict(env="gymnax:CartPole-v1", loop="sebulba"), "bad --loop sebulba for --env 'gymnax:CartPole-v1'"),
         (dict(env="envpool:CartPole-v1", loop="sequential", actor_threads=2), "bad --actor-threads 2 with --loop sequential"),

@@ -1,0 +1,401 @@
+"""The run's life, the same for every loop: the :class:`Driver` takes the :class:`Step` records a
+*stepper* (:mod:`accerl_jax.loops`) yields and owns everything around them.
+
+A stepper only produces updates: the Anakin stepper one :class:`Step` per chunk of updates, the
+sequential and Sebulba steppers one per update. The driver
+
+* records the finished episodes and writes Monitor rows (every ``--log-every`` updates, the last one, a
+  diverged one) and the actor's policy refreshes, for one seed or for each of ``--num-seeds``;
+* saves checkpoints every ``--checkpoint-every`` updates and at the end, never cut short by a signal
+  (:mod:`accerl_jax.signals`: deferral), never of a diverged state;
+* stops on a non-finite update (``--on-nan stop``), on SIGINT/SIGTERM (the stepper asks
+  :meth:`Driver.keep_going` before each new update or chunk, which also *arms* the signals once an update
+  of this session has finished), and on a stepper's exception (the last completed update is saved, then
+  the exception is re-raised);
+* tears a run down that was interrupted before its first update (a new run's folder is freed), and
+  otherwise measures the policy speed and writes the summary.
+
+A stepper implements :class:`Stepper`; it never saves, logs rows or handles signals itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Iterator, NamedTuple, Optional, Protocol
+
+import jax
+import numpy as np
+
+from accerl_jax import checkpoint, networks, speed
+from accerl_jax import guard as guard_lib
+from accerl_jax.monitor import Monitor
+from accerl_jax.run import SPEED_FORWARDS, Run
+from accerl_jax.shards import params_digest
+from accerl_jax.signals import Interrupted, StopSignals, signal_name
+
+
+class Episodes(NamedTuple):
+    """Episodes that ended during a step, for one seed (time-major ``[N, B]``: ``N`` env steps of ``B`` envs)."""
+
+    episode_return: np.ndarray  # [N, B] float32, the return of the episode that ended at each step
+    finished: np.ndarray  # [N, B] bool, an episode ended at this step
+    episode_length: np.ndarray  # [N, B] int32, its length in agent steps
+
+
+class Bad(NamedTuple):
+    """A non-finite update under ``--on-nan stop``."""
+
+    quantity: str  # "loss", "gradients" or "parameters" (accerl_jax.guard.QUANTITIES)
+    update: int  # the update (1-based) that produced it
+    seed: int  # index of the seed it happened in (0 for one seed)
+
+
+class Step(NamedTuple):
+    """What a stepper yields after one update (sequential, Sebulba) or one chunk of updates (Anakin)."""
+
+    update: int  # learner updates completed after this step (counted from the run's start)
+    updates: int  # how many of them this step ran
+    metrics: list  # per seed: dict of [] scalars of the step's last update
+    episodes: list  # per seed: Episodes of this step, covering ``updates * steps_per_update`` agent steps
+    snapshot: Optional[checkpoint.TrainState]  # what a checkpoint of ``update`` saves; None when ``bad``
+    bad: Optional[Bad] = None
+    refreshed: bool = False  # the actor's policy was re-compressed during this step
+
+
+class Final(NamedTuple):
+    """The state a stepper ended in, for the summary (one seed)."""
+
+    learner: Any  # accerl_jax.learner.LearnerState
+    actor_params: Any  # the freshest compressed parameters
+    obs: Optional[jax.Array]  # [T, B, *obs_shape] the last rollout's observations; None: no rollout ran
+
+
+class Stepper(Protocol):
+    """A loop: produces updates, nothing else (module docstring)."""
+
+    def steps(self, driver: "Driver") -> Iterator[Step]:
+        """Run updates from ``run.start_update`` to ``run.num_updates``; before each new update (or chunk)
+        call ``driver.keep_going(completed)`` and end when it is False."""
+
+    def row(self, update: int) -> list:
+        """Per seed: fields added to the Monitor row of ``update`` (e.g. KL of the actor's policy)."""
+
+    def refresh(self) -> list:
+        """Per seed: the divergence of the freshest compressed policy (TensorBoard ``refresh/*``), or []."""
+
+    def extra(self) -> dict:
+        """The stepper's JSON-able bookkeeping saved with a checkpoint (``skipped_updates``, ...)."""
+
+    def final(self) -> list:
+        """Per seed: the :class:`Final` state."""
+
+    def fields(self) -> dict:
+        """Loop-specific summary fields (``loop``, per-stage times, ...)."""
+
+    def close(self) -> None:
+        """Release what the stepper holds (threads); called once, also after an exception."""
+
+
+def seed_monitors(run: Run) -> list[Monitor]:
+    """One Monitor per seed: the run's own for one seed; for ``--num-seeds`` > 1 one per seed in
+    ``<logdir>/seed<k>/`` (the run's Monitor then pools the episodes of all seeds)."""
+    cfg = run.cfg
+    if cfg.num_seeds == 1:
+        return [run.monitor]
+    monitors = []
+    for k in range(cfg.num_seeds):
+        m = Monitor(os.path.join(run.logdir, f"seed{k}"), run.num_updates * run.steps_per_update, cfg.return_window,
+                    progress=False, append=run.resume_point is not None)
+        if run.extra:
+            m.load_state_dict(run.extra["seed_monitors"][k])
+        monitors.append(m)
+    return monitors
+
+
+class Driver:
+    """Drives one stepper through the run's life (module docstring).
+
+    Args:
+      run: the built run (:func:`accerl_jax.run.setup`).
+      stop: the signal handler of this training call.
+      claimed: the new run's folder while it holds no finished update (emptied at the first one).
+    """
+
+    def __init__(self, run: Run, stop: StopSignals, claimed: list[str]):
+        self.run, self.stop, self.claimed = run, stop, claimed
+        self.monitors = seed_monitors(run)
+        self.completed = self.logged = run.start_update
+        self.snapshot: Optional[checkpoint.TrainState] = None
+        self.metrics: list = [{} for _ in self.monitors]
+        self.stopped: Optional[str] = None
+        self.stop_reason: Optional[str] = None
+        self.stepper: Optional[Stepper] = None
+
+    # -- what a stepper may ask --------------------------------------------------------------------------
+    def keep_going(self, completed: int) -> bool:
+        """Called by the stepper with the updates it has ``completed`` so far, before it starts a new
+        update or chunk. Once an update of this session has finished, a signal only requests a stop (the
+        signals are armed here); returns False when one has."""
+        if completed > self.run.start_update:
+            self.stop.armed = True
+        return self.stop.requested is None
+
+    def row_due(self, update: int) -> bool:
+        """Whether update ``update`` gets a Monitor row (every ``--log-every``-th and the last)."""
+        return update % self.run.cfg.log_every == 0 or update == self.run.num_updates
+
+    # -- the life ----------------------------------------------------------------------------------------
+    def drive(self, stepper: Stepper, trained: dict | None = None) -> dict:
+        """Run ``stepper`` to the budget, a stop or a failure; return the run's summary.
+
+        Raises:
+          accerl_jax.signals.Interrupted: a signal before the first update of this session finished.
+          BaseException: a stepper's own exception, after the last completed update has been saved.
+        """
+        self.stepper, run = stepper, self.run
+        try:
+            for step in stepper.steps(self):
+                self._take(step)
+                if self.stopped == "diverged":
+                    break
+        except KeyboardInterrupt:  # a signal before the first update, or a second one: abandon the update
+            self.stopped = "interrupted"
+        except BaseException:
+            self.stop.deferring = True
+            stepper.close()
+            self._fail()
+            raise
+        self.stop.deferring = True  # saving and summarising are never cut short by another signal
+        stepper.close()
+        if self.stopped is None and self.stop.requested is not None:
+            self.stopped = "interrupted"
+        if self.stopped == "interrupted" and self.completed == run.start_update:
+            self._discard()
+            raise Interrupted(self.stop.requested)
+        return self._finish(trained)
+
+    def _take(self, step: Step) -> None:
+        run = self.run
+        for k, m in enumerate(self.monitors):
+            e = step.episodes[k]
+            steps = step.updates * run.steps_per_update
+            m.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
+            if len(self.monitors) > 1:
+                run.monitor.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
+        self.metrics = step.metrics
+        self.completed = step.update
+        self.claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
+        if step.bad is not None:  # the diverged state is never saved: the last good checkpoint stays
+            b = step.bad
+            where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
+            self.stopped = "diverged"
+            self.stop_reason = guard_lib.stop_reason(b.quantity, b.update, step.metrics[b.seed], where)
+            self._log(step.update, step.refreshed)
+            return
+        self.snapshot = step.snapshot
+        if self.row_due(step.update):
+            self._log(step.update, step.refreshed)
+        else:
+            for m in self.monitors:
+                m.progress()
+        if run.cfg.checkpoint_every and step.update % run.cfg.checkpoint_every == 0:
+            self.save(step.update)
+
+    def _log(self, update: int, refreshed: bool) -> None:
+        run = self.run
+        extra = self.stepper.row(update)
+        refresh = self.stepper.refresh() if refreshed else []
+        rows = []
+        for k, m in enumerate(self.monitors):
+            if refresh:
+                m.log_refresh(update, refresh[k])
+            row = dict(self.metrics[k], **extra[k])
+            m.log(update, row)
+            rows.append(row)
+        if len(self.monitors) > 1:
+            mean = float(np.mean([m.return_mean for m in self.monitors]))
+            run.monitor.log(update, dict(rows[0], return_mean_over_seeds=mean))
+        self.metrics, self.logged = rows, update
+
+    def save(self, step: int) -> None:
+        """Checkpoint the last completed update ``step`` (its snapshot); a signal never cuts it short."""
+        run, stop = self.run, self.stop
+        deferring, stop.deferring = stop.deferring, True
+        try:
+            run.saver.save(step, self.snapshot, {
+                "completed": step, "monitor": run.monitor.state_dict(),
+                "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
+                "wall_time_s": time.perf_counter() - run.wall_start, **self.stepper.extra(),
+            })
+        finally:
+            stop.deferring = deferring
+
+    def _close_outputs(self) -> None:
+        for m in self.monitors:
+            m.close()
+        if len(self.monitors) > 1:
+            self.run.monitor.close()
+        self.run.saver.close()
+
+    def _discard(self) -> None:
+        """Interrupted before the first update of this session: nothing to save; a new run's folder is freed."""
+        run = self.run
+        self._close_outputs()
+        run.lock.release()
+        if run.start_update == 0:
+            checkpoint.remove_run(run.logdir)
+            for m in self.monitors[1:] if len(self.monitors) == 1 else self.monitors:
+                m.discard()
+            run.monitor.discard()
+
+    def _fail(self) -> None:
+        """A stepper raised: save its last completed update (if any ran), close everything."""
+        run = self.run
+        try:
+            if self.completed > run.start_update and run.saver.last_step != self.completed:
+                self.save(self.completed)
+        finally:
+            self._close_outputs()
+            run.lock.release()
+            if self.completed == run.start_update == 0:
+                checkpoint.remove_run(run.logdir)
+                run.monitor.discard()
+
+    def _finish(self, trained: dict | None) -> dict:
+        """Save and log the last update, measure the policy speed, close, and write the summary."""
+        run, stepper = self.run, self.stepper
+        final = stepper.final()
+        try:
+            if self.stopped != "diverged" and run.saver.last_step != self.completed:
+                self.save(self.completed)
+            if self.logged != self.completed:  # an interrupted run's last updates get their row too
+                self._log(self.completed, False)
+            f0 = final[0]
+            report = (measure_speed(run, f0.learner, f0.actor_params, f0.obs)
+                      if self.stopped is None and run.writer and f0.obs is not None else unmeasured_speed(run))
+        except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
+            self.stopped = "interrupted"
+            report = unmeasured_speed(run)
+        finally:
+            self._close_outputs()
+        if trained is not None and final[0].obs is not None:
+            trained.update(learner_params=final[0].learner.params, actor_params=final[0].actor_params,
+                           obs=final[0].obs.reshape((-1,) + tuple(run.info.obs_shape)))
+        fields = stepper.fields()
+        skipped = stepper.extra().get("skipped_updates", 0)
+        skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
+        common = dict(completed=self.completed, stopped=self.stopped, stop_reason=self.stop_reason,
+                      exit_signal=self.stop.requested, speed_report=report, **fields)
+        if len(self.monitors) == 1:
+            return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
+                             skipped_updates=skipped[0], **common)
+        last_checkpoint = (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(run.saver.last_step))
+                           if run.saver.last_step is not None else None)
+        per_seed = []
+        for k, m in enumerate(self.monitors):
+            seed_run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, seed=run.cfg.seed + k), monitor=m,
+                                           logdir=m.logdir, lock=_NoLock())
+            per_seed.append(summarize(seed_run, state=final[k].learner, actor_params=final[k].actor_params,
+                                      metrics=self.metrics[k], skipped_updates=skipped[k],
+                                      last_checkpoint=last_checkpoint, **common))
+        returns = [p["final_return_mean"] for p in per_seed]
+        finite = [r for r in returns if r is not None]
+        return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
+                         skipped_updates=sum(skipped), final_return_mean=float(np.mean(finite)) if finite else None,
+                         final_return_mean_per_seed=returns,
+                         seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
+                                for p in per_seed], **common)
+
+
+class _NoLock:
+    """A seed's summary releases no lock: the run's lock is released by the run's own summary."""
+
+    def release(self) -> None:
+        pass
+
+
+def measure_speed(run: Run, state, actor_params, obs) -> dict:
+    """The actor's policy speedup over the learner's (:func:`accerl_jax.speed.policy_speedup`) on
+    ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.SPEED_FORWARDS` steps are used)."""
+    return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
+                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family)
+
+
+def unmeasured_speed(run: Run) -> dict:
+    """The speed fields of a run that stopped early (its policy speed is not measured)."""
+    return {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
+            "forward_batch": run.info.num_envs}
+
+
+def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
+              stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
+              **fields) -> dict:
+    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock.
+
+    ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
+    Returns the summary dict (see README, "Outputs").
+    """
+    cfg, info, monitor, saver = run.cfg, run.info, run.monitor, run.saver
+    times = monitor.times
+    wall = time.perf_counter() - run.wall_start
+    final = jax.device_get(metrics)
+    summary = {
+        "env": cfg.env,
+        "compressor": cfg.compressor,
+        "corrector": cfg.corrector,
+        "loss": cfg.loss,
+        "policy_lag": cfg.policy_lag,
+        "seed": cfg.seed,
+        "num_envs": info.num_envs,
+        "rollout_length": cfg.rollout_length,
+        "updates": completed,
+        "stopped": stopped,
+        "stop_reason": stop_reason,
+        "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
+        "skipped_updates": skipped_updates,
+        "resumed_from_update": run.resume_point.step if run.resume_point is not None else None,
+        "last_checkpoint": (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                            if saver.last_step is not None else None),
+        "checkpoint_time_s": saver.seconds,
+        "total_env_steps": monitor.env_steps,
+        "wall_time_s": wall,
+        "actor_time_s": times["actor"],
+        "env_time_s": times["env"],
+        "env_time_source": "calibrated: env-only rollouts with random actions" if info.jittable else "measured",
+        "inference_time_s": times["inference"],
+        "learner_time_s": times["learner"],
+        "compress_time_s": times["compress"],
+        "distill_time_s": times["distill"],
+        "final_return_mean": monitor.return_mean if monitor.returns else None,
+        "final_length_mean": monitor.length_mean if monitor.lengths else None,
+        "return_window": cfg.return_window,
+        "returns_averaged": len(monitor.returns),
+        "episodes": monitor.episodes,
+        "steps_per_s": monitor.env_steps / wall,
+        "learner_network": dataclasses.asdict(run.spec),
+        "learner_params": networks.param_count(state.params),
+        "actor_params": networks.param_count(actor_params),
+        "actor_param_bytes": networks.param_bytes(actor_params),
+        "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
+        "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
+        # The last update's importance ratios π/μ: mean |log ρ|, fractions with ρ > ρ̄ and ρ > c̄.
+        **{k: float(final[k]) if k in final else None
+           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate")},
+        "devices": run.n_dev,
+        "num_processes": run.num_processes,
+        "process_id": run.process_id,
+        "learner_devices": jax.device_count(),
+        "learner_batch": info.num_envs * run.num_processes,
+        "learner_params_digest": params_digest(state.params),
+        "backend": jax.default_backend(),
+        "logdir": run.logdir,
+        "config": dataclasses.asdict(cfg),
+        **speed_report,
+        **fields,
+    }
+    if run.writer:  # multi-host: only process 0's outputs are kept
+        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
+    monitor.write_summary(summary)
+    run.lock.release()
+    return summary

@@ -1,0 +1,72 @@
+"""Thread plumbing of the Sebulba stepper: the first failure of any thread, the newest value with its
+version, stage clocks that worker threads add to, and a thread that hands its exception to the learner."""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+class Failure:
+    """The first exception raised in any thread (the rest are consequences)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.where: str | None = None
+
+    def record(self, where: str, err: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error, self.where = err, where
+
+
+class Latest:
+    """The newest value with its version; readers never wait for writers."""
+
+    def __init__(self, value, version: int):
+        self._cond = threading.Condition()
+        self.item = (value, version)  # replaced whole: a reader sees a consistent pair without the lock
+
+    def publish(self, value, version: int) -> None:
+        with self._cond:
+            self.item = (value, version)
+            self._cond.notify_all()
+
+    def wait_newer(self, version: int, timeout: float):
+        """The item if its version is newer than ``version`` (waiting up to ``timeout`` s), else None."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.item[1] > version, timeout)
+            return self.item if self.item[1] > version else None
+
+
+class Clock:
+    """Stage seconds added by worker threads and drained by the learner into the Monitor."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = {}
+
+    def add(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds[stage] = self._seconds.get(stage, 0.0) + seconds
+
+    def drain(self) -> dict[str, float]:
+        with self._lock:
+            out, self._seconds = self._seconds, {}
+        return out
+
+
+class WorkerFailed(Exception):
+    """Raised in the learner when a worker thread has failed (its error is in ``Failure``)."""
+
+
+def thread(name: str, body: Callable[[], None], failure: Failure, stopping: threading.Event) -> threading.Thread:
+    def target():
+        try:
+            body()
+        except BaseException as err:  # noqa: BLE001  (handed to the learner, which re-raises it)
+            failure.record(name, err)
+            stopping.set()
+
+    return threading.Thread(target=target, name=name, daemon=True)
+
+

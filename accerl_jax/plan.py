@@ -1,0 +1,243 @@
+"""The plan of a run: every check of the configuration, in one place, and the choices that follow from
+it (loop, device layout, loss, network, compressor capabilities).
+
+:func:`check_config` checks what the flags alone decide; :func:`make_plan` adds what the environment's
+facts (:class:`~accerl_jax.envs.EnvInfo`) and the machine (devices, processes) decide, and returns the
+:class:`Plan` that setup (:mod:`accerl_jax.run`), the :class:`~accerl_jax.driver.Driver` and the steppers
+(:mod:`accerl_jax.loops`) follow without checking again. Each bad combination has one
+:class:`~accerl_jax.config.ConfigError` (the CLI exits 2 with it), raised before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from accerl_jax import learner as learner_lib
+from accerl_jax import networks
+from accerl_jax.config import Config, ConfigError, flag, validate
+from accerl_jax.corrector import CORRECTORS
+
+LOOPS = ("auto", "anakin", "sequential", "sebulba")
+MULTI_HOST_LOOPS = ("auto", "sequential")  # --loop values a multi-host run accepts (auto: sequential)
+SEBULBA_FLAGS = {"actor_threads": 1, "actor_batch": 0, "actor_device": "cpu", "queue_size": 2}
+MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a run will do, decided once (module docstring)."""
+
+    loop: str  # "anakin", "sequential" or "sebulba"
+    loss: learner_lib.LossConfig
+    spec: networks.NetworkSpec  # the learner's network
+    auto: bool  # --compressor auto: the compressor is chosen (and changed) while training
+    num_processes: int  # multi-host: processes in the run
+    process_id: int
+    local_devices: int  # the learner's batch axis is sharded over these (x num_processes)
+    steps_per_update: int  # agent steps per update over all processes: num_envs x rollout_length x processes
+    num_updates: int
+
+
+def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
+    """The learner's :class:`~accerl_jax.learner.LossConfig` for ``cfg``.
+
+    Raises:
+      ConfigError: for a bad ``--loss`` or a combination the losses do not accept (``appo`` with
+        ``retrace``; ``--epochs``/``--minibatches`` other than 1 without ``appo``).
+    """
+    if cfg.loss not in learner_lib.LOSSES:
+        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)}")
+    try:
+        return learner_lib.LossConfig(
+            corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
+            clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=cfg.loss, ppo_clip=cfg.ppo_clip,
+            epochs=cfg.epochs, minibatches=cfg.minibatches,
+        )
+    except ValueError as err:
+        raise ConfigError(f"bad --loss/--corrector combination: {err}") from None
+
+
+def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) -> str:
+    """Every check the flags (and the machine's process and device counts) decide: numbers, names,
+    combinations, the loop; nothing is built or written. Returns the loop the flags choose
+    (:func:`choose_loop`; :func:`make_plan` may still move a conv net on CPU to the sequential loop).
+
+    Raises:
+      ConfigError: naming the bad flag and value and what is accepted.
+    """
+    validate(cfg)
+    if cfg.wandb or cfg.wandb_project:
+        from accerl_jax.monitor import require_wandb
+
+        require_wandb()
+    if cfg.corrector not in CORRECTORS:
+        raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
+    make_loss_config(cfg)
+    if cfg.loop not in LOOPS:
+        raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
+    if cfg.compressor == "auto":
+        if cfg.resume is not None:
+            raise ConfigError(f"bad --resume {cfg.resume!r} with --compressor auto: resuming an auto run is not "
+                              "supported (its actor parameters change structure with each decision); start a new "
+                              "run, or resume a run with a fixed --compressor")
+        if cfg.distill_async:
+            raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
+                              "itself, synchronously; drop the flag")
+    if num_processes > 1:
+        if cfg.loop not in MULTI_HOST_LOOPS:
+            raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the "
+                              "sequential loop; use --loop sequential (or auto)")
+        if cfg.resume is not None:
+            raise ConfigError(f"bad --resume {cfg.resume!r} with several processes: a multi-host run cannot be "
+                              "resumed (each process's actors would need their own saved state, and only process 0 "
+                              "keeps files); start a new run")
+    return choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
+
+
+def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) -> str:
+    """The loop ``cfg.loop`` names, ``auto`` resolved: ``anakin`` for gymnax envs (``sequential`` with
+    ``--distill-async``, and for several processes), ``sebulba`` for envpool.
+
+    Raises:
+      ConfigError: a loop that cannot run what ``cfg`` asks for (``--num-seeds`` > 1 outside Anakin;
+        see :func:`check_anakin` and :func:`check_sebulba`).
+    """
+    jittable = cfg.env.startswith("gymnax:")
+    loop = cfg.loop
+    if num_processes > 1:
+        loop = "sequential"
+    elif loop == "auto":
+        if cfg.env.startswith("envpool:"):
+            loop = "sebulba"
+        elif cfg.distill_async and cfg.num_seeds == 1:
+            loop = "sequential"  # asynchronous distillation runs in a host thread
+        else:
+            loop = "anakin"
+    if cfg.num_seeds > 1 and loop != "anakin":
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
+                          "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
+                          "--num-seeds 1")
+    if loop == "anakin":
+        check_anakin(cfg, jittable, local_devices)
+    check_sebulba(cfg, loop)
+    return loop
+
+
+def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
+    """Refuse what the Anakin loop cannot run.
+
+    ``jittable`` is False for a host (envpool) env, which the loop steps through envpool's XLA interface.
+
+    Raises:
+      ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program),
+        ``--compressor auto`` with ``--num-seeds`` > 1 (each seed would take its own decisions, so the
+        seeds could not share one vmapped program); for envpool: ``--compressor auto`` (not built for
+        the pool's XLA actor), ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
+        local device (XLA cannot partition envpool's side-effecting step over devices), or a task with
+        64-bit arrays (:func:`accerl_jax.envs.envpool_env.check_xla`).
+    """
+    if cfg.distill_async:
+        raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
+                          "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
+                          "(distillation then runs inside the program) or use --loop sequential")
+    if cfg.compressor == "auto" and cfg.num_seeds > 1:
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto: each seed takes its own "
+                          "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
+                          "one at a time (--num-seeds 1) or use a fixed --compressor")
+    if jittable:
+        return
+    if cfg.compressor == "auto":
+        raise ConfigError(f"bad --compressor auto with --loop anakin and {cfg.env}: auto's per-candidate "
+                          "programs are built for gymnax envs, not envpool's XLA actor; use --loop sequential "
+                          "or a fixed --compressor")
+    if cfg.num_seeds > 1:
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop anakin and {cfg.env}: the Anakin loop "
+                          "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "
+                          "seed; use --num-seeds 1 (one run per seed) or a gymnax env")
+    if local_devices > 1:
+        # XLA's SPMD partitioner rejects the program ("Side-effect HLO must have sharding").
+        raise ConfigError(f"bad --loop anakin for {cfg.env} on {local_devices} local devices: the "
+                          "Anakin program is partitioned over the devices, and envpool's side-effecting XLA step "
+                          "on its one host pool cannot be; use --loop sebulba (or sequential), or one device")
+    from accerl_jax.envs.envpool_env import check_xla
+
+    try:
+        check_xla(cfg.env.partition(":")[2])
+    except ValueError as err:
+        raise ConfigError(f"bad --loop anakin for {cfg.env}: {err}; use --loop sebulba or sequential") from None
+
+
+def check_sebulba(cfg: Config, loop: str) -> None:
+    """Check the Sebulba flags against the loop.
+
+    Raises:
+      ConfigError: Sebulba flags with another loop; ``--loop sebulba`` with a non-envpool env, with
+        ``--policy-lag``, ``--compressor auto`` or ``--compress-every`` other than 1; ``--num-envs`` not a
+        multiple of ``--actor-threads``; ``--actor-batch`` larger than a thread's environments.
+    """
+    if loop != "sebulba":
+        for name, default in SEBULBA_FLAGS.items():
+            if getattr(cfg, name) != default:
+                raise ConfigError(f"bad {flag(name)} {getattr(cfg, name)!r} with --loop {loop}: it is a Sebulba "
+                                  "setting; add --loop sebulba (envpool envs) or leave it out")
+        return
+    if not cfg.env.startswith("envpool:"):
+        raise ConfigError(f"bad --loop sebulba for --env {cfg.env!r}: Sebulba steps host environments; use an "
+                          "envpool:<id> env, or --loop sequential")
+    if cfg.policy_lag:
+        raise ConfigError(f"bad --policy-lag {cfg.policy_lag} with --loop sebulba: its actors lag by themselves "
+                          "(bounded by --queue-size); use --loop sequential for a fixed lag")
+    if cfg.compressor == "auto":
+        raise ConfigError("bad --compressor auto with --loop sebulba: auto switches its candidates between updates "
+                          "of the sequential loop; use --loop sequential or a fixed compressor")
+    if cfg.compress_every != 1:
+        raise ConfigError(f"bad --compress-every {cfg.compress_every} with --loop sebulba: its compressor thread "
+                          "re-compresses as fast as it can, overlapped with learning; use --loop sequential")
+    if cfg.num_envs % cfg.actor_threads:
+        raise ConfigError(f"bad --num-envs {cfg.num_envs}: must be a multiple of --actor-threads {cfg.actor_threads}")
+    per_thread = cfg.num_envs // cfg.actor_threads
+    if cfg.actor_batch > per_thread:
+        raise ConfigError(f"bad --actor-batch {cfg.actor_batch}: at most the {per_thread} environments of each "
+                          f"actor thread (--num-envs {cfg.num_envs} / --actor-threads {cfg.actor_threads})")
+
+
+def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None, process_id: int | None = None,
+              local_devices: int | None = None, backend: str | None = None) -> Plan:
+    """The :class:`Plan` for ``cfg`` on environments described by ``info`` (an
+    :class:`~accerl_jax.envs.EnvInfo`) and this machine (default: what JAX sees). ``loop`` is what
+    :func:`check_config` returned for ``cfg`` (setup calls it before it builds the environments); with
+    ``--loop auto``, a conv net on CPU moves from Anakin to the sequential loop: its gradient steps inside
+    one XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
+    pitfall").
+
+    Raises:
+      ConfigError: any bad setting or combination (module docstring).
+    """
+    n_proc = jax.process_count() if num_processes is None else num_processes
+    pid = jax.process_index() if process_id is None else process_id
+    n_dev = jax.local_device_count() if local_devices is None else local_devices
+    if info.num_envs % n_dev:
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices")
+    if info.num_envs % (n_dev * cfg.minibatches):
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
+                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
+    if info.continuous and cfg.corrector == "retrace":
+        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
+                          "all actions); this env has continuous actions; use vtrace, is or none")
+    steps_per_update = info.num_envs * cfg.rollout_length * n_proc
+    num_updates = max(1, cfg.total_steps // steps_per_update)
+    if num_updates > MAX_UPDATES:
+        raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    try:
+        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first,
+                                     action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
+    except ValueError as err:
+        raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
+    if (cfg.loop == "auto" and loop == "anakin" and cfg.num_seeds == 1 and spec.family == "cnn"
+            and (backend or jax.default_backend()) == "cpu"):
+        loop = "sequential"
+    return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
+                num_processes=n_proc, process_id=pid, local_devices=n_dev, steps_per_update=steps_per_update,
+                num_updates=num_updates)
