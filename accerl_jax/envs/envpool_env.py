@@ -58,7 +58,8 @@ class EnvpoolEnv:
     before ``step``.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
+    def __init__(self, env_id: str, num_envs: int, seed: int, *, batch_size: int | None = None):
+        # batch_size: an asynchronous pool (AsyncEnvpoolEnv) of that recv batch; None: a synchronous one.
         import envpool  # imported here: importing envpool is slow and gymnax-only runs skip it
 
         if env_id not in envpool.list_all_envs():
@@ -67,7 +68,8 @@ class EnvpoolEnv:
                 "(envpool.list_all_envs() lists all)"
             )
         try:
-            self._env = _make(env_id, num_envs=num_envs, seed=seed)
+            self._env = _make(env_id, num_envs=num_envs, seed=seed,
+                              **({} if batch_size is None else {"batch_size": batch_size}))
         except Exception as err:  # envpool raises many kinds (bad seed, missing system libraries, ...)
             raise ValueError(f"cannot build envpool:{env_id} with {num_envs} envs, seed {seed}: {err}") from None
         space = self._env.action_space
@@ -85,9 +87,11 @@ class EnvpoolEnv:
         if not obs_shape:
             raise ValueError(f"envpool:{env_id} has a structured (dict/tuple) observation space; only array observations are supported")
         shape = tuple(obs_shape)
-        first_obs, _ = self._env.reset()
-        if getattr(first_obs, "shape", (None,))[0] != num_envs:
-            raise ValueError(f"envpool:{env_id} returns more than one observation per environment (multi-player); not supported")
+        if batch_size is None:  # the first reset shows a multi-player task (several observations per env);
+            first_obs, _ = self._env.reset()  # an asynchronous pool's task has been checked synchronously before
+            if getattr(first_obs, "shape", (None,))[0] != num_envs:
+                raise ValueError(f"envpool:{env_id} returns more than one observation per environment (multi-player); "
+                                 "not supported")
         self._obs_dtype = "uint8" if self._env.observation_space.dtype == np.uint8 else "float32"
         self.info = EnvInfo(
             name=f"envpool:{env_id}",
@@ -253,9 +257,7 @@ class AsyncEnvpoolEnv(EnvpoolEnv):
     def __init__(self, env_id: str, num_envs: int, batch_size: int, seed: int):
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"bad envpool batch size {batch_size} for {num_envs} envs; expected 1 to {num_envs}")
-        super().__init__(env_id, num_envs, seed)  # validates the task; its synchronous pool is replaced below
-
-        self._env = _make(env_id, num_envs=num_envs, batch_size=batch_size, seed=seed)
+        super().__init__(env_id, num_envs, seed, batch_size=batch_size)
         self.batch_size = batch_size
         self._state = None
 
