@@ -114,13 +114,8 @@ class Run:
     wall_start: float  # time.perf_counter() at the start (earlier by the resumed run's wall time)
     env: Any
     info: Any  # accerl_jax.envs.EnvInfo
-    n_dev: int
-    steps_per_update: int  # agent steps per rollout: num_envs x rollout_length
-    num_updates: int
-    spec: networks.NetworkSpec
     learner_apply: Callable
     loss_apply: Callable
-    loss_cfg: learner_lib.LossConfig
     compressor: Compressor
     actor_apply: Callable
     actor: Any  # accerl_jax.actor.AnakinActor | HostActor
@@ -139,8 +134,15 @@ class Run:
     resume_point: Any
     restored: Any
     extra: dict
-    num_processes: int = 1  # multi-host: processes in the run (steps_per_update counts all of them)
-    process_id: int = 0  # only process 0 writes; the others' logdir is a temporary folder
+
+    # What the plan decided, read from it (one source).
+    n_dev = property(lambda self: self.plan.local_devices)
+    steps_per_update = property(lambda self: self.plan.steps_per_update)  # num_envs x rollout_length x processes
+    num_updates = property(lambda self: self.plan.num_updates)
+    spec = property(lambda self: self.plan.spec)
+    loss_cfg = property(lambda self: self.plan.loss)
+    num_processes = property(lambda self: self.plan.num_processes)
+    process_id = property(lambda self: self.plan.process_id)  # only 0 writes; the others' logdir is temporary
 
     @property
     def writer(self) -> bool:
@@ -273,13 +275,11 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
-        cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info, n_dev=n_dev,
-        steps_per_update=steps_per_update, num_updates=num_updates, spec=spec, learner_apply=learner_apply,
-        loss_apply=loss_apply, loss_cfg=loss_cfg, compressor=compressor, actor_apply=actor_apply, actor=actor,
-        optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp, k_actor=k_actor,
-        learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence, saver=saver, lock=lock,
-        monitor=monitor, resume_point=resume_point, restored=restored, extra=extra, num_processes=n_proc,
-        process_id=pid,
+        cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info,
+        learner_apply=learner_apply, loss_apply=loss_apply, compressor=compressor, actor_apply=actor_apply,
+        actor=actor, optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp,
+        k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
+        saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )
 
 
