@@ -1,4 +1,4 @@
-"""Sebulba's actor (issue 5): one thread's loop over an asynchronous envpool, cut into time-major rollouts.
+"""Sebulba's actor: one thread's loop over an asynchronous envpool, cut into time-major rollouts.
 
 envpool's async mode (:class:`accerl_jax.envs.envpool_env.AsyncEnvpoolEnv`) returns, at each ``recv``, a
 *subset* of the environments in whatever order they finished. :class:`RolloutAssembler` keeps one

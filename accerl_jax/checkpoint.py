@@ -1,4 +1,4 @@
-"""Checkpoints of a training run: save, find, check and restore them (issue 7, "Reliability").
+"""Checkpoints of a training run: save, find, check and restore them.
 
 A checkpoint holds everything a run needs to continue exactly where it stopped (:class:`TrainState`):
 the learner state (params, optimizer state, update counter), the compressor's state (whatever pytree

@@ -1,4 +1,4 @@
-"""Multi-host training through JAX's own multi-controller runtime (issue 5, "Devices and hosts").
+"""Multi-host training through JAX's own multi-controller runtime.
 
 One process per host; every process runs the same program. :func:`resolve` reads the three settings
 (``--coordinator-address``, ``--num-processes``, ``--process-id``, or the environment variables

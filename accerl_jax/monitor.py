@@ -13,7 +13,7 @@ statistics, KL(π_learner ‖ μ_actor) and greedy agreement, ``policy_lag_versi
 * ``curves.png`` (return, stage times and divergence against env steps; matplotlib) and ``summary.json``
   at the end (written to a temporary file and renamed, so a crash never leaves a half-written summary).
 
-``python -m accerl_jax.plot`` draws several runs from their ``metrics.csv`` (issue 6).
+``python -m accerl_jax.plot`` draws several runs from their ``metrics.csv``.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from accerl_jax.config import ConfigError
 
-# Wall seconds per stage (issues 5 and 6): the actor's rollout (split into env stepping and policy inference),
+# Wall seconds per stage: the actor's rollout (split into env stepping and policy inference),
 # host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
 # compression of the actor's policy (of which distillation). Loops add to the stages they have.
 STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
@@ -237,7 +237,7 @@ class Monitor:
         self.returns.clear()
         self.returns.extend(state["returns"])
         self.lengths.clear()
-        self.lengths.extend(state.get("lengths", []))  # checkpoints from before issue 6 have none
+        self.lengths.extend(state.get("lengths", []))  # older checkpoints have none
         if self.wandb_id is not None and state.get("wandb_id"):
             self.wandb_id = state["wandb_id"]
         self.start = time.perf_counter() - float(state["wall_time_s"])

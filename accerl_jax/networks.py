@@ -8,7 +8,7 @@
 A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
 students (:func:`student_spec`) without special network classes.
 
-Two optional extensions (issue 4), both off by default so discrete networks are unchanged:
+Two optional extensions, both off by default so discrete networks are unchanged:
 
 * ``q_head=True`` adds a Q head ``[..., A]`` (Retrace actor-critic). ``apply(params, obs)`` still returns
   ``(logits, value)``; :func:`make_apply_with_q` returns ``(logits, value, q)`` from the same params.

@@ -1,8 +1,7 @@
 """XLA configuration per network family and backend: the fastest known compiler options.
 
 On XLA:CPU, convolutions routed to YNNPACK are several times slower in fp32 than XLA's own
-convolutions (docs/DESIGN.md, "A fair baseline"; measured here with jax 0.10.2: Nature-CNN gradient on
-256 frames 0.81 s vs 1.24 s, student forward 1.4 ms vs 2.0 ms). :func:`jit` applies the faster
+convolutions (docs/DESIGN.md, "A fair baseline"). :func:`jit` applies the faster
 setting to conv networks on CPU; the policy-speed benchmark still tries every configuration.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``--compressor auto``: choose the actor's compression, and change it while training (issue 6).
+"""``--compressor auto``: choose the actor's compression, and change it while training.
 
 The paper fixes one compressor per run. ``auto`` holds a fixed list of candidate compressors (default
 :data:`DEFAULT_CANDIDATES`) and runs the *fastest one whose divergence from the learner stays under a
@@ -28,9 +28,8 @@ fraction of the rollout's importance ratios ρ = π(a|x)/μ(a|x) above ρ̄ · :
 the update), ``every`` updates have passed since the last one (``periodic``), or none has run yet
 (``initial``). A trigger fires only once ``cooldown`` updates have passed since the last evaluation:
 ``check_every`` at first and after a switch, doubled (up to ``every``) each time a triggered evaluation
-keeps the running candidate -- on CartPole the clipping trigger otherwise fired at nearly every check
-while the choice stood, and the evaluations made an auto run 2.5x slower than ``none`` (318 s against
-126 s, measured here). Each evaluation returns a *decision* (a dict: trigger, chosen and previous
+keeps the running candidate (otherwise the clipping trigger can fire at nearly every check while the
+choice stands, and the evaluations dominate the run's time). Each evaluation returns a *decision* (a dict: trigger, chosen and previous
 candidate, whether it switched, a one-line ``reason``, the candidates ``evaluated`` and their
 measurements), which the loop hands to the Monitor.
 

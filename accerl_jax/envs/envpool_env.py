@@ -203,7 +203,7 @@ class EnvpoolXlaState(NamedTuple):
 
 class EnvpoolXlaEnv:
     """An :class:`EnvpoolEnv`'s pool stepped through envpool's XLA interface (``env.xla()``), so that
-    ``step`` runs inside a jitted program (``lax.scan``; the Anakin loop, issue 5).
+    ``step`` runs inside a jitted program (``lax.scan``; the Anakin loop).
 
     ``step(state, action) -> (state, Transition)`` is traceable and has the host adapter's semantics
     (the module docstring; :func:`_transition`). It is a side-effecting call on the one pool, not a pure
@@ -239,7 +239,7 @@ class EnvpoolXlaEnv:
 
 
 class AsyncEnvpoolEnv(EnvpoolEnv):
-    """``num_envs`` envpool environments in envpool's asynchronous mode, for the Sebulba loop (issue 5).
+    """``num_envs`` envpool environments in envpool's asynchronous mode, for the Sebulba loop.
 
     :meth:`recv` returns the ``batch_size`` environments that finished their step first (any subset, in
     any order, with their ids); :meth:`send` steps exactly those with the actions chosen for them, and

@@ -1,4 +1,4 @@
-"""The Sebulba loop (``--loop sebulba``, the default for envpool; issue 5, docs/DESIGN.md "Execution
+"""The Sebulba loop (``--loop sebulba``, the default for envpool; docs/DESIGN.md "Execution
 styles"; Podracer's Sebulba, arXiv 2104.06272, and cleanba).
 
 Threads, all in one process:
