@@ -10,9 +10,10 @@ however the devices are spread over processes:
   devices together (``vmap``), and its rollout's columns are those of its devices, in mesh order.
 * :func:`make_global_update` -- with several processes, each contributes its local rollout as its
   shard of the global batch (:func:`jax.make_array_from_process_local_data`) and the update runs over the
-  global mesh (its collectives cross processes); parameters stay replicated. It takes and returns
-  process-local learner state, so the rest of the loop (compressor, actor, logging, checkpoints) is the
-  same as with one process.
+  global mesh (its collectives cross processes); parameters stay replicated. The assembly of global
+  arrays runs on the host, *around* the jitted update (:meth:`GlobalUpdate.host_wrap`), never inside a
+  traced function; callers take and return process-local learner state, so the rest of the loop
+  (compressor, actor, logging, checkpoints) is the same as with one process.
 
 Hence a run of P processes with ``L`` devices and ``--num-envs b`` each equals (to float tolerance of the
 cross-device sums) a single-process run with ``P * L`` devices and ``--num-envs P * b``.
@@ -100,42 +101,59 @@ def _merge(x: jax.Array, axis: int) -> jax.Array:
     return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
 
 
-def make_global_update(update: Callable, mesh: Mesh) -> Callable:
-    """Wrap a learner ``update`` built over the *global* ``mesh`` so that it takes process-local inputs.
+class GlobalUpdate:
+    """A learner update over the global mesh of several processes, fed with process-local data.
 
     Args:
       update: ``update(state, batch) -> (state, metrics)`` from :func:`accerl_jax.learner.make_update`
-        with ``mesh`` spanning every process's devices.
+        with ``mesh`` spanning every process's devices (traceable).
       mesh: that mesh.
 
-    Returns:
-      ``update(state, rollout)``: ``state`` is a process-local :class:`~accerl_jax.learner.LearnerState`
-      (the same on every process), ``rollout`` this process's ``[T, b, ...]`` share of the batch (its
-      devices' columns, in mesh order). Every process must call it, in the same order. The global batch is
-      ``[T, num_processes * b, ...]``; the returned state and ``[]`` metrics are process-local copies of the
-      replicated results.
+    Calling it with ``(state, rollout)`` runs ``update`` on the global arrays: ``state`` is a process-local
+    :class:`~accerl_jax.learner.LearnerState` (the same on every process), ``rollout`` this process's
+    ``[T, b, ...]`` share of the batch (its devices' columns, in mesh order). Every process must call it,
+    in the same order. The global batch is ``[T, num_processes * b, ...]``; the returned state and ``[]``
+    metrics are process-local copies of the replicated results.
+
+    A caller that jits more around the update (:class:`accerl_jax.guard.UpdateGuard`) jits
+    :attr:`traced` (global arrays in and out) and wraps the jitted program with :meth:`host_wrap`, which
+    converts on the host: :func:`jax.make_array_from_process_local_data` cannot run inside a trace.
     """
-    replicated = NamedSharding(mesh, P())
-    batch_sharding = NamedSharding(mesh, P(None, AXIS))
-    n_proc = jax.process_count()
 
-    def to_global_batch(x):
+    def __init__(self, update: Callable, mesh: Mesh):
+        self.traced = update
+        self._replicated = NamedSharding(mesh, P())
+        self._batch = NamedSharding(mesh, P(None, AXIS))
+        self._call = self.host_wrap(update)
+
+    def _global_batch(self, x) -> jax.Array:
         x = jnp.asarray(x)
-        shape = (x.shape[0], x.shape[1] * n_proc) + x.shape[2:]
-        return jax.make_array_from_process_local_data(batch_sharding, x, shape)
+        shape = (x.shape[0], x.shape[1] * jax.process_count()) + x.shape[2:]
+        return jax.make_array_from_process_local_data(self._batch, x, shape)
 
-    def to_global_replicated(x):
+    def _global_replicated(self, x) -> jax.Array:
         x = jnp.asarray(x)
-        return jax.make_array_from_process_local_data(replicated, x, x.shape)
+        return jax.make_array_from_process_local_data(self._replicated, x, x.shape)
 
-    def local(x):
-        return x.addressable_data(0)
+    def host_wrap(self, fn: Callable) -> Callable:
+        """``fn(state, batch, *rest) -> outputs`` over global arrays (jitted) as a function of process-local
+        ones: ``state`` and ``rest`` (arrays or pytrees, equal on every process) become replicated global
+        arrays, ``batch`` (``[T, b, ...]`` leaves) this process's columns of the global batch; every output
+        leaf must be replicated and comes back as this process's copy."""
+        def wrapped(state, batch, *rest):
+            out = fn(jax.tree.map(self._global_replicated, state), jax.tree.map(self._global_batch, batch),
+                     *jax.tree.map(self._global_replicated, rest))
+            return jax.tree.map(lambda x: x.addressable_data(0), out)
 
-    def global_update(state: LearnerState, rollout: Rollout):
-        new_state, metrics = update(jax.tree.map(to_global_replicated, state), jax.tree.map(to_global_batch, rollout))
-        return jax.tree.map(local, new_state), jax.tree.map(local, metrics)
+        return wrapped
 
-    return global_update
+    def __call__(self, state: LearnerState, rollout: Rollout):
+        return self._call(state, rollout)
+
+
+def make_global_update(update: Callable, mesh: Mesh) -> GlobalUpdate:
+    """``update`` (built over the global ``mesh``) taking process-local inputs: :class:`GlobalUpdate`."""
+    return GlobalUpdate(update, mesh)
 
 
 def params_digest(params) -> str:
