@@ -27,7 +27,7 @@ from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence, require_wandb
-from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update, params_digest
+from accerl_jax.shards import ShardedActor, env_group_ids, make_global_update, params_digest
 from accerl_jax.signals import signal_name
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -300,12 +300,13 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     else:
         state = learner_lib.init_state(params, optimizer, mesh)
     actor_apply = compressor.actor_apply(learner_apply)
-    if info.jittable and mesh.devices.size > 1:
-        # One env group per learner device, keyed by its mesh position (accerl_jax.shards): the same
-        # rollouts whichever process steps them.
-        shard_env = make_env(cfg.env, info.num_envs // n_dev, cfg.seed)
-        actor = ShardedActor(AnakinActor(shard_env, actor_apply, cfg.rollout_length, family=spec.family),
-                             local_shard_ids(mesh), family=spec.family)
+    if info.jittable:
+        # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
+        # number of devices and processes. One process places the groups over its devices.
+        actor = ShardedActor(AnakinActor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length,
+                                         family=spec.family),
+                             env_group_ids(mesh, info.num_envs), family=spec.family,
+                             mesh=mesh if n_proc == 1 else None)
     else:
         actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
         if n_proc > 1:  # host envs: each process samples its actions with its own key
