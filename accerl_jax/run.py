@@ -20,14 +20,14 @@ import jax
 from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
-from accerl_jax.actor import AnakinActor, make_actor
+from accerl_jax.actor import make_actor
 from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence, require_wandb
-from accerl_jax.shards import ShardedActor, env_group_ids, make_global_update, params_digest
+from accerl_jax.shards import env_group_ids, make_global_update, params_digest
 from accerl_jax.signals import signal_name
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -303,10 +303,8 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
         # number of devices and processes. One process places the groups over its devices.
-        actor = ShardedActor(AnakinActor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length,
-                                         family=spec.family),
-                             env_group_ids(mesh, info.num_envs), family=spec.family,
-                             mesh=mesh if n_proc == 1 else None)
+        actor = make_actor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length, family=spec.family,
+                           groups=env_group_ids(mesh, info.num_envs), mesh=mesh if n_proc == 1 else None)
     else:
         actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
         if n_proc > 1:  # host envs: each process samples its actions with its own key

@@ -4,12 +4,12 @@ The learner's batch axis ``B`` is split over a 1-D mesh of devices (:mod:`accerl
 ``d`` of a mesh of ``D`` devices trains on columns ``[d * B/D, (d + 1) * B/D)``. Two pieces make that
 batch the same however the devices are spread over processes, and whatever their number:
 
-* :class:`ShardedActor` -- the envs of a jittable (gymnax) actor in *groups*, each with its own key
-  ``fold_in(key, g)`` for its global group index ``g``, stepped together (``vmap``) and laid out group
-  after group along the batch axis. :func:`env_group_ids` makes every env its own group, so env ``g``'s
-  rollout depends only on ``g``: one device stepping all ``B`` envs, ``D`` devices stepping ``B/D``
-  each (the carry sharded along the batch axis, the rollout under ``shard_map``), or ``P`` processes
-  stepping their own columns, all produce the same rollouts.
+* :func:`env_group_ids` -- the envs of a jittable (gymnax) actor are
+  :class:`~accerl_jax.actor.ShardedActor` groups, each with its own key ``fold_in(key, g)`` for its
+  global index ``g``, laid out group after group along the batch axis. Every env is its own group, so
+  env ``g``'s rollout depends only on ``g``: one device stepping all ``B`` envs, ``D`` devices stepping
+  ``B/D`` each (the carry sharded along the batch axis, the rollout under ``shard_map``), or ``P``
+  processes stepping their own columns, all produce the same rollouts.
 * :func:`make_global_update` -- with several processes, each contributes its local rollout as its
   shard of the global batch (:func:`jax.make_array_from_process_local_data`) and the update runs over the
   global mesh (its collectives cross processes); parameters stay replicated. The assembly of global
@@ -17,21 +17,22 @@ batch the same however the devices are spread over processes, and whatever their
   traced function; callers take and return process-local learner state, so the rest of the loop
   (compressor, actor, logging, checkpoints) is the same as with one process.
 
-Hence a run of P processes with ``L`` devices and ``--num-envs b`` each equals (to float tolerance of the
-cross-device sums) a single-process run with any number of devices dividing ``P * b`` and
-``--num-envs P * b``.
+Hence, for a given actor policy, a run of P processes with ``L`` devices and ``--num-envs b`` each
+collects the same rollouts as a single-process run with ``--num-envs P * b`` on any number of devices
+dividing it, and its updates equal that run's to float tolerance of the cross-device sums. (A compressor
+that learns from observations, distillation, trains on each process's own observations, so there the
+actor policies, and hence the runs, differ.)
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from accerl_jax import xla
-from accerl_jax.actor import ActorCarry, AnakinActor
+from accerl_jax.actor import ShardedActor  # noqa: F401  (re-exported: the actor half of this module)
 from accerl_jax.learner import AXIS, LearnerState
 from accerl_jax.types import Rollout
 
@@ -62,94 +63,6 @@ def env_group_ids(mesh: Mesh, num_envs: int) -> list[int]:
         raise ValueError(f"global batch {b} is not a multiple of the {d_total} learner devices")
     per = b // d_total
     return [d * per + j for d in local_shard_ids(mesh) for j in range(per)]
-
-
-class ShardedActor:
-    """The jittable actor as independently keyed env groups (module docstring).
-
-    Args:
-      inner: an :class:`~accerl_jax.actor.AnakinActor` over one group's ``b`` envs.
-      shard_ids: the global indices ``g`` of the ``S`` groups this process steps, in column order
-        (:func:`env_group_ids`: one env per group); group ``g`` is reset with ``fold_in(key, g)``.
-      family: network family, for the compiler options.
-      mesh: a 1-D mesh (axis :data:`accerl_jax.learner.AXIS`) of this process's devices to shard the groups
-        over (``S`` must be a multiple of its size; default: this process's first device): the carry is
-        placed along the batch axis and, on several devices, the rollout runs under ``shard_map``, each
-        device stepping its own groups.
-
-    Raises:
-      ValueError: if the ``S`` groups do not split evenly over the mesh's devices.
-
-    The carry's ``obs`` is ``[S * b, *obs_shape]`` (groups concatenated, as the rollout's columns);
-    its ``env_state`` and ``key`` have a leading group axis ``[S]``: every carry leaf is sharded along its
-    leading axis. Methods as ``AnakinActor``; :attr:`rollout_fn` is the traceable rollout for fused loops.
-    """
-
-    def __init__(self, inner: AnakinActor, shard_ids: Sequence[int], family: str = "mlp",
-                 mesh: Mesh | None = None):
-        self.inner = inner
-        self.env = inner.env
-        self.rollout_length = inner.rollout_length
-        ids = jnp.asarray(shard_ids, jnp.uint32)
-        mesh = Mesh(np.asarray(jax.local_devices()[:1]), (AXIS,)) if mesh is None else mesh
-        sharded = mesh.devices.size > 1
-        if len(shard_ids) % mesh.devices.size:
-            raise ValueError(f"{len(shard_ids)} env groups do not split over {mesh.devices.size} devices")
-
-        def reset(key):
-            carry = jax.vmap(lambda i: inner.reset(jax.random.fold_in(key, i)))(ids)
-            return carry._replace(obs=_merge(carry.obs, 0))
-
-        def split(carry: ActorCarry) -> ActorCarry:
-            # The groups present here (all, or one device's share under shard_map): the key's leading axis.
-            s = carry.key.shape[0]
-            return carry._replace(obs=carry.obs.reshape((s, -1) + carry.obs.shape[1:]))
-
-        def rollout(params, carry: ActorCarry):
-            carry, ro = jax.vmap(inner.rollout_fn, in_axes=(None, 0))(params, split(carry))
-            # [S, T, b, ...] -> [T, S * b, ...]: group-major columns, as the mesh shards them.
-            return carry._replace(obs=_merge(carry.obs, 0)), jax.tree.map(lambda x: _merge(x, 1), ro)
-
-        if sharded:
-            # Each device steps its own groups: no communication in the actor, and per group the same
-            # program as on one device.
-            rollout = jax.shard_map(rollout, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(AXIS), P(None, AXIS)))
-        self._reset = jax.jit(reset, out_shardings=NamedSharding(mesh, P(AXIS)))
-        # Parameters are placed replicated on the mesh before each rollout, wherever they come from (the
-        # compressor's init or its compress, a learner state on one device or the mesh), so that the
-        # jitted rollout compiles once.
-        self._params_sharding = NamedSharding(mesh, P())
-        # The traceable rollout ``(params, carry) -> (carry, Rollout [T, S * b, ...])``; ``rollout`` jits it.
-        self.rollout_fn = rollout
-        self._rollout = xla.jit(rollout, family)
-        self._env_only = jax.jit(lambda c: jax.tree.map(jnp.sum, jax.vmap(inner._env_only)(split(c))))
-        self._env_only_compiled = False
-
-    def reset(self, key: jax.Array) -> ActorCarry:
-        """The carry of all groups (class docstring), placed along the batch axis if a mesh was given."""
-        return self._reset(key)
-
-    def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
-        """One rollout of all groups: ``[T, S * b, ...]``; returns the new carry, it and ``{}``."""
-        carry, rollout = self._rollout(jax.device_put(params, self._params_sharding), carry)
-        return carry, rollout, {}
-
-    def time_env_only(self, carry: ActorCarry) -> float:
-        """Wall seconds of ``T`` steps of all groups with random actions (see ``AnakinActor``)."""
-        import time
-
-        if not self._env_only_compiled:
-            jax.block_until_ready(self._env_only(carry))
-            self._env_only_compiled = True
-        start = time.perf_counter()
-        jax.block_until_ready(self._env_only(carry))
-        return time.perf_counter() - start
-
-
-def _merge(x: jax.Array, axis: int) -> jax.Array:
-    """Move the leading group axis next to ``axis`` (the batch axis of the result) and merge them."""
-    x = jnp.moveaxis(x, 0, axis)
-    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
 
 
 class GlobalUpdate:

@@ -391,7 +391,6 @@ def test_two_processes_cli_train_the_main_job_to_the_end(tmp_path):
     assert os.path.isdir(logdir / "checkpoints" / "6")  # the final update's checkpoint
 
 
-@pytest.mark.slow
 def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):
     """Process 0's --logdir holds a run: both processes exit 2 with that error; nothing changes on disk."""
     logdir = tmp_path / "taken"
