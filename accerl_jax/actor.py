@@ -7,6 +7,9 @@ Two ways to run, one output (:class:`accerl_jax.types.Rollout`, ``[T, B, ...]``)
   one jitted ``lax.scan`` of ``T`` steps (Podracer's Anakin, arXiv 2104.06272). The split of its time
   into env stepping and inference is *calibrated*: :meth:`AnakinActor.time_env_only` times the same scan
   with uniform-random actions (no policy), which is also the actor's ceiling (docs/DESIGN.md).
+* :class:`ShardedActor` -- the envs of an :class:`AnakinActor` as independently keyed groups (one env
+  each in training), their carry placed along the batch axis of the learner's mesh and each device
+  stepping its own under ``shard_map``: the same rollouts on any number of devices and processes.
 * :class:`HostActor` -- host (envpool) environments: a jitted policy call and a host ``step`` per time
   step; both parts are timed directly.
 
@@ -16,11 +19,12 @@ of :func:`accerl_jax.networks.policy_distribution`); the behaviour log-probabili
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from accerl_jax import xla
 from accerl_jax.networks import policy_distribution
@@ -191,10 +195,111 @@ class HostActor:
         return ActorCarry(env_state, obs, key), rollout, {"env_time_s": env_time, "inference_time_s": inference_time}
 
 
-def make_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp"):
-    """:class:`AnakinActor` for a jittable env, :class:`HostActor` otherwise.
+class ShardedActor:
+    """The jittable actor as independently keyed env groups, optionally sharded over devices.
+
+    Group ``g`` (a global index) is reset with its own key ``fold_in(key, g)``, so its rollout depends only
+    on ``g``, not on which device or process steps it, nor on how many groups are stepped together. With
+    one env per group (:func:`accerl_jax.shards.env_group_ids`, as :func:`accerl_jax.run.setup` builds it),
+    one device stepping all ``B`` envs, ``D`` devices stepping ``B/D`` each, or several processes
+    stepping their own columns produce the same rollouts.
+
+    Args:
+      inner: an :class:`AnakinActor` over one group's ``b`` envs.
+      shard_ids: the global indices ``g`` of the ``S`` groups this process steps, in column order.
+      family: network family, for the compiler options.
+      mesh: a 1-D mesh of this process's devices (the learner's, :func:`accerl_jax.learner.make_mesh`) to
+        shard the groups over (``S`` must be a multiple of its size); default: this process's first device.
+        The carry is placed along its leading (group) axis and, on several devices, the rollout runs under
+        ``shard_map``, each device stepping its own groups.
+
+    Raises:
+      ValueError: if the ``S`` groups do not split evenly over the mesh's devices.
+
+    The carry's ``obs`` is ``[S * b, *obs_shape]`` (groups concatenated, as the rollout's columns);
+    its ``env_state`` and ``key`` have a leading group axis ``[S]``: every carry leaf is sharded along its
+    leading axis. Methods as ``AnakinActor``; :attr:`rollout_fn` is the traceable rollout for fused loops.
+    """
+
+    def __init__(self, inner: AnakinActor, shard_ids: Sequence[int], family: str = "mlp",
+                 mesh: Mesh | None = None):
+        self.inner = inner
+        self.env = inner.env
+        self.rollout_length = inner.rollout_length
+        ids = jnp.asarray(shard_ids, jnp.uint32)
+        mesh = Mesh(np.asarray(jax.local_devices()[:1]), ("batch",)) if mesh is None else mesh
+        axis = mesh.axis_names[0]
+        sharded = mesh.devices.size > 1
+        if len(shard_ids) % mesh.devices.size:
+            raise ValueError(f"{len(shard_ids)} env groups do not split over {mesh.devices.size} devices")
+
+        def reset(key):
+            carry = jax.vmap(lambda i: inner.reset(jax.random.fold_in(key, i)))(ids)
+            return carry._replace(obs=_merge(carry.obs, 0))
+
+        def split(carry: ActorCarry) -> ActorCarry:
+            # The groups present here (all, or one device's share under shard_map): the key's leading axis.
+            s = carry.key.shape[0]
+            return carry._replace(obs=carry.obs.reshape((s, -1) + carry.obs.shape[1:]))
+
+        def rollout(params, carry: ActorCarry):
+            carry, ro = jax.vmap(inner.rollout_fn, in_axes=(None, 0))(params, split(carry))
+            # [S, T, b, ...] -> [T, S * b, ...]: group-major columns, as the mesh shards them.
+            return carry._replace(obs=_merge(carry.obs, 0)), jax.tree.map(lambda x: _merge(x, 1), ro)
+
+        if sharded:
+            # Each device steps its own groups: no communication in the actor, and per group the same
+            # program as on one device.
+            rollout = jax.shard_map(rollout, mesh=mesh, in_specs=(P(), P(axis)), out_specs=(P(axis), P(None, axis)))
+        self._reset = jax.jit(reset, out_shardings=NamedSharding(mesh, P(axis)))
+        # Parameters are placed replicated on the mesh before each rollout, wherever they come from (the
+        # compressor's init or its compress, a learner state on one device or the mesh), so that the
+        # jitted rollout compiles once.
+        self._params_sharding = NamedSharding(mesh, P())
+        # The traceable rollout ``(params, carry) -> (carry, Rollout [T, S * b, ...])``; ``rollout`` jits it.
+        self.rollout_fn = rollout
+        self._rollout = xla.jit(rollout, family)
+        self._env_only = jax.jit(lambda c: jax.tree.map(jnp.sum, jax.vmap(inner._env_only)(split(c))))
+        self._env_only_compiled = False
+
+    def reset(self, key: jax.Array) -> ActorCarry:
+        """The carry of all groups (class docstring), placed along the group axis of the mesh."""
+        return self._reset(key)
+
+    def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
+        """One rollout of all groups: the new carry, the :class:`Rollout` ``[T, S * b, ...]`` (sharded along
+        ``S * b`` over the mesh) and ``{}``; ``params`` are placed replicated on the mesh first."""
+        carry, rollout = self._rollout(jax.device_put(params, self._params_sharding), carry)
+        return carry, rollout, {}
+
+    def time_env_only(self, carry: ActorCarry) -> float:
+        """Wall seconds of ``T`` steps of all groups with random actions (see ``AnakinActor``)."""
+        if not self._env_only_compiled:
+            jax.block_until_ready(self._env_only(carry))
+            self._env_only_compiled = True
+        start = time.perf_counter()
+        jax.block_until_ready(self._env_only(carry))
+        return time.perf_counter() - start
+
+
+def _merge(x: jax.Array, axis: int) -> jax.Array:
+    """Move the leading group axis next to ``axis`` (the batch axis of the result) and merge them."""
+    x = jnp.moveaxis(x, 0, axis)
+    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+
+
+def make_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp", groups: Sequence[int] | None = None,
+               mesh: Mesh | None = None):
+    """:class:`AnakinActor` for a jittable env, :class:`HostActor` otherwise; with ``groups``, a
+    :class:`ShardedActor` of those env groups (``env`` is then one group's jittable adapter) placed over
+    ``mesh``.
 
     ``family`` (``"mlp"``/``"cnn"``) selects the compiler options (:func:`accerl_jax.xla.options_for`).
+
+    Raises:
+      ValueError: ``groups`` with a host env, or groups that do not split evenly over ``mesh``.
     """
+    if groups is not None:
+        return ShardedActor(AnakinActor(env, apply, rollout_length, family), groups, family, mesh)
     cls = AnakinActor if env.info.jittable else HostActor
     return cls(env, apply, rollout_length, family)

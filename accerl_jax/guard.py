@@ -105,12 +105,18 @@ class UpdateGuard:
     the non-finite quantity in stop mode, else None; ``metrics`` gains ``skipped_updates`` (cumulative
     count). The one host sync is the read of the finite flags.
 
+    An ``update`` over several processes' devices (:class:`accerl_jax.shards.GlobalUpdate`: process-local
+    inputs and outputs) is guarded through its ``traced`` form, which the jitted program runs over global
+    arrays, and its ``host_wrap``, which converts from and to process-local arrays outside that program.
+
     Raises:
       ValueError: for an ``on_nan`` outside :data:`ON_NAN`.
     """
 
     def __init__(self, update: Callable, on_nan: str = "stop", skipped: int = 0, family: str = "mlp"):
-        self.step = xla.jit(guard_update(update, on_nan), family)
+        step = xla.jit(guard_update(getattr(update, "traced", update), on_nan), family)
+        wrap = getattr(update, "host_wrap", None)
+        self.step = step if wrap is None else wrap(step)
         self.on_nan = on_nan
         self.skipped = skipped
 

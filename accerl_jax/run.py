@@ -20,13 +20,13 @@ from accerl_jax import checkpoint
 from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
-from accerl_jax.actor import AnakinActor, make_actor
+from accerl_jax.actor import make_actor
 from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
-from accerl_jax.shards import ShardedActor, local_shard_ids, make_global_update
+from accerl_jax.shards import env_group_ids, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
@@ -118,7 +118,7 @@ class Run:
     loss_apply: Callable
     compressor: Compressor
     actor_apply: Callable
-    actor: Any  # accerl_jax.actor.AnakinActor | HostActor
+    actor: Any  # accerl_jax.actor.ShardedActor (gymnax) | HostActor (envpool)
     optimizer: Any
     update: Callable
     params: Any  # the learner's initial parameters
@@ -187,7 +187,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         raise ConfigError(str(err)) from None
     info = env.info
     plan = plan_lib.make_plan(cfg, info, loop)
-    n_dev, spec, loss_cfg = plan.local_devices, plan.spec, plan.loss
+    spec, loss_cfg = plan.spec, plan.loss
     steps_per_update, num_updates = plan.steps_per_update, plan.num_updates
     if resume_point is not None and resume_point.meta["extra"]["completed"] >= num_updates:
         raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
@@ -230,12 +230,11 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     else:
         state = learner_lib.init_state(params, optimizer, mesh)
     actor_apply = compressor.actor_apply(learner_apply)
-    if info.jittable and mesh.devices.size > 1:
-        # One env group per learner device, keyed by its mesh position (accerl_jax.shards): the same
-        # rollouts whichever process steps them.
-        shard_env = make_env(cfg.env, info.num_envs // n_dev, cfg.seed)
-        actor = ShardedActor(AnakinActor(shard_env, actor_apply, cfg.rollout_length, family=spec.family),
-                             local_shard_ids(mesh), family=spec.family)
+    if info.jittable:
+        # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
+        # number of devices and processes. One process places the groups over its devices.
+        actor = make_actor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length, family=spec.family,
+                           groups=env_group_ids(mesh, info.num_envs), mesh=mesh if n_proc == 1 else None)
     else:
         actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
         if n_proc > 1:  # host envs: each process samples its actions with its own key

@@ -105,9 +105,28 @@ def make_update_step(run: Run, with_rollout: bool = False):
     return step
 
 
-def state_sharding():
-    """Where the Anakin state lives: replicated over the learner's mesh of all local devices."""
-    return NamedSharding(learner_lib.make_mesh(), P())
+def state_sharding(run: Run | None = None):
+    """Where the Anakin state lives, on the learner's mesh of all local devices.
+
+    Without ``run``: one replicated sharding (a placement any state accepts; :func:`make_chunk`'s call
+    moves it to the run's own). With ``run``: a sharding per field of :class:`AnakinState` (a pytree
+    prefix for :func:`jax.device_put` and ``jit``): the actor's carry (env state, observations and keys
+    of its env groups, :class:`~accerl_jax.shards.ShardedActor`) sharded along its env-group axis (the
+    leading axis, after the seed axis of ``--num-seeds`` > 1), so each device steps its own environments;
+    the rest (learner, compressed parameters, counters, the last rollout's observations) replicated. For
+    an envpool actor (one device), all replicated.
+    """
+    mesh = learner_lib.make_mesh()
+    replicated = NamedSharding(mesh, P())
+    if run is None:
+        return replicated
+    if run.info.jittable:
+        batch = NamedSharding(mesh, P(None, learner_lib.AXIS) if run.cfg.num_seeds > 1 else P(learner_lib.AXIS))
+    else:
+        batch = replicated
+    return AnakinState(learner=replicated, actor_params=replicated, versions=replicated, compressor=replicated,
+                       carry=ActorCarry(batch, batch, batch), obs=replicated, update=replicated,
+                       skipped=replicated, bad_update=replicated, bad_quantity=replicated)
 
 
 def chunk_length(run: Run) -> int:
@@ -124,9 +143,12 @@ def make_chunk(run: Run, clipping: Callable | None = None):
     short (the budget's end, a resume between boundaries) reuses the one compiled program (compiling a
     second length cost ~24 s on a loaded 2-core CPU). Vmapped over the seed axis for ``--num-seeds`` > 1.
 
-    Inputs are expected on :func:`state_sharding` and outputs are put there too, so that the state a
-    chunk returns hits the same compiled program (otherwise its different shardings compile the
-    program a second time: measured ~9 s on a loaded 2-core CPU).
+    The state is placed on :func:`state_sharding` ``(run)`` before each call (a no-op for the state a
+    chunk returned) and the returned state is put there too, so that every call hits the same compiled
+    program (different shardings compile the program a second time: measured ~9 s on a loaded 2-core
+    CPU). With several local devices the env groups (carry) are sharded along the batch axis, the actor
+    steps each device's own under ``shard_map`` and the learner's update is data-parallel over the same
+    mesh: the rollouts and, to float tolerance, the updates equal one device's for the same global batch.
 
     ``clipping(params, rollout) -> (clipped, beyond)`` ([] float32 each; ``--compressor auto``'s
     :meth:`~accerl_jax.compressor.auto.AutoCompressor.clip_fractions`), if given, is measured on the
@@ -164,10 +186,11 @@ def make_chunk(run: Run, clipping: Callable | None = None):
 
     if run.cfg.num_seeds > 1:
         chunk = jax.vmap(chunk, in_axes=(0, None))
-    jitted = xla.jit(chunk, run.spec.family, out_shardings=state_sharding())
+    placed, replicated = state_sharding(run), state_sharding()
+    jitted = xla.jit(chunk, run.spec.family, out_shardings=(placed, replicated, replicated))
 
     def call(state: AnakinState, active: int):
-        return jitted(state, np.int32(active))
+        return jitted(jax.device_put(state, placed), np.int32(active))
 
     call.jitted = jitted
     return call
