@@ -54,24 +54,14 @@ def stop_reason(bad: str, update: int, metrics: dict, where: str = "") -> str:
             f"grad_norm {float(metrics['grad_norm'])})")
 
 
-def inject_fault(state, metrics: dict, update_number: jax.Array):
-    """Test hook, traced inside every guarded update: returns ``(state, metrics)`` unchanged.
-
-    Tests replace it (monkeypatch, before the loop is built) with a traced function that poisons chosen
-    update numbers (``update_number``: [] int32, 1-based), so that the NaN tests exercise the real
-    fused programs of every loop.
-    """
-    del update_number
-    return state, metrics
-
-
 def guard_update(update: Callable, on_nan: str) -> Callable:
     """A traceable guarded update ``(state, batch, update_number) -> (state, metrics, bad)``.
 
     ``bad`` ([] int32) is :data:`FINITE` or the index into :data:`QUANTITIES` of the first non-finite
     quantity of this update; with ``on_nan="skip"`` a bad update returns the *previous* state (the caller
     counts it), with ``"stop"`` the non-finite state (the caller stops and keeps its last good checkpoint).
-    ``update_number`` ([] int32) only feeds :func:`inject_fault`.
+    ``update_number`` ([] int32, 1-based) numbers the update; the guard itself does not read it (a
+    wrapper of :func:`guard_update` may: the fault-injection tests poison chosen updates through it).
 
     Raises:
       ValueError: for an ``on_nan`` outside :data:`ON_NAN`.
@@ -80,7 +70,6 @@ def guard_update(update: Callable, on_nan: str) -> Callable:
 
     def guarded(state, batch, update_number):
         new_state, metrics = update(state, batch)
-        new_state, metrics = inject_fault(new_state, metrics, update_number)
         bad = first_bad(finite_flags(metrics, new_state.params))
         if on_nan == "skip":
             ok = bad == FINITE

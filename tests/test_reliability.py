@@ -55,20 +55,29 @@ def assert_same_leaves(a: dict, b: dict) -> None:
 def poison_updates(monkeypatch, at: set[int], what: str) -> None:
     """Make learner updates number ``at`` (1-based) produce a NaN in ``what`` ('params' or 'grad_norm').
 
-    The poison is traced into the guarded update (:func:`accerl_jax.guard.inject_fault`): it compares the
-    traced update number, so it works inside one jitted program (the Anakin scan) as in the sequential loop.
+    The poison is traced into the guarded update (a wrapper of :func:`accerl_jax.guard.guard_update`): it
+    compares the traced update number, so it works inside one jitted program (the Anakin scan) as in the
+    sequential loop.
     """
     numbers = jnp.asarray(sorted(at), jnp.int32)
+    real = guard.guard_update
 
-    def fault(state, metrics, update_number):
-        hit = jnp.any(update_number == numbers)
-        if what == "params":
-            state = state._replace(params=jax.tree.map(lambda p: jnp.where(hit, p * jnp.nan, p), state.params))
-        else:
-            metrics = dict(metrics, **{what: jnp.where(hit, jnp.float32(jnp.nan), metrics[what])})
-        return state, metrics
+    def guard_update(update, on_nan):
+        def guarded(state, batch, update_number):
+            def poisoned(s, b):
+                s, metrics = update(s, b)
+                hit = jnp.any(update_number == numbers)
+                if what == "params":
+                    s = s._replace(params=jax.tree.map(lambda p: jnp.where(hit, p * jnp.nan, p), s.params))
+                else:
+                    metrics = dict(metrics, **{what: jnp.where(hit, jnp.float32(jnp.nan), metrics[what])})
+                return s, metrics
 
-    monkeypatch.setattr(guard, "inject_fault", fault)
+            return real(poisoned, on_nan)(state, batch, update_number)
+
+        return guarded
+
+    monkeypatch.setattr(guard, "guard_update", guard_update)
 
 
 LOOPS = ("anakin", "sequential")

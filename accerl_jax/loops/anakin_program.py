@@ -21,7 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, xla
 from accerl_jax.actor import ActorCarry
-from accerl_jax.guard import FINITE, guard_update
+from accerl_jax import guard as guard_lib
+from accerl_jax.guard import FINITE
 from accerl_jax.monitor import Monitor
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions
 
@@ -65,7 +66,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
     """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``
     (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on)."""
     cfg, compressor, info = run.cfg, run.compressor, run.info
-    guarded = guard_update(run.update, cfg.on_nan)
+    guarded = guard_lib.guard_update(run.update, cfg.on_nan)
     every = cfg.compress_every
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
