@@ -1,31 +1,26 @@
-"""The Sebulba loop (``--loop sebulba``, the default for envpool; docs/DESIGN.md "Execution
-styles"; Podracer's Sebulba, arXiv 2104.06272, and cleanba).
-
-Threads, all in one process:
+"""The Sebulba stepper (``--loop sebulba``, the default for envpool; docs/DESIGN.md "Execution styles";
+Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
 
 * ``--actor-threads`` actor threads (:class:`accerl_jax.async_actor.AsyncActor`), each stepping its own
   envpool in async mode (``recv``/``send`` of ``--actor-batch`` environments) and running the compressed
   policy on ``--actor-device``; each rollout is copied to the learner's devices (sharded over the batch
   axis) and put, with the policy version that produced it, into a bounded queue (``--queue-size``).
-* the learner, in the main thread (where signals arrive): takes one rollout per actor thread, applies the
-  guarded update (:class:`accerl_jax.guard.UpdateGuard`), logs the policy lag in versions
-  (``policy_lag_versions``: learner updates completed minus the oldest version in the rollout), and hands
-  its newest parameters to
+* the learner, in the calling thread (where signals arrive): takes one rollout per actor thread, applies
+  the guarded update (:class:`accerl_jax.guard.UpdateGuard`), records the policy lag in versions
+  (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
+  parameters to
 * the compressor thread, which compresses the newest learner parameters it has been given (older ones
   are skipped) and publishes them to the actors; so compression overlaps acting and learning.
 
-A worker thread that raises stops the run: the learner notices within ~0.05 s, saves a checkpoint of the
-last completed update, stops the other threads and re-raises the original exception (with its
-traceback). An exception in the learner does the same. SIGINT/SIGTERM behave as in the sequential loop.
-Host environments restart on ``--resume`` (their state is not saved; the actors' key is).
+A worker thread that raises stops the run within ~:data:`POLL_S`: the stepper re-raises the worker's own
+exception, and the driver saves the last completed update. Host environments restart on ``--resume``.
 
 Version ``v`` is the policy compressed from the learner after ``v`` updates (``0``: the initial one). The
-lag of a rollout (learner updates completed when it is taken, minus the oldest version among its steps)
-is at most ``--queue-size + 4``: the learner waits before update ``u`` until the compressor has finished
-version ``u - 2`` (so the actors' policy is never more than 2 versions behind the learner, and one
-compression overlaps each update); the oldest step of a rollout may have been chosen while its
-predecessor was still being collected (envpool's faster environments run ahead), after which the
-learner can take at most ``--queue-size`` queued rollouts, the predecessor, and finish the update in flight.
+lag of a rollout (updates completed when it is taken, minus the oldest version among its steps) is at
+most ``--queue-size + 4``: the learner waits before update ``u`` until the compressor has finished version
+``u - 2``; the oldest step of a rollout may have been chosen while its predecessor was being collected,
+after which the learner can take at most ``--queue-size`` queued rollouts, the predecessor, and finish
+the update in flight.
 """
 from __future__ import annotations
 
@@ -46,7 +41,7 @@ from accerl_jax.config import Config
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, thread
+from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, feed, thread
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
@@ -118,21 +113,8 @@ class SebulbaStepper:
                                   cfg.seed + index * self.per_thread)
             key = jax.device_put(jax.random.fold_in(self.thread_key, index), self.actor_device)
             actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
-            mark = time.perf_counter()
-            for local, version, seconds in actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set):
-                start = time.perf_counter()
-                on_learner = jax.block_until_ready(jax.device_put(local, self.rollout_sharding))
-                ready = time.perf_counter()
-                while not self.stopping.is_set():
-                    try:
-                        self.rollouts.put((on_learner, version, dict(seconds, transfer=ready - start)), timeout=POLL_S)
-                        break
-                    except queue.Full:
-                        continue
-                waited = time.perf_counter() - ready
-                self.put_wait.add("put", waited)
-                self.clock.add("actor", time.perf_counter() - mark - waited)
-                mark = time.perf_counter()
+            feed(actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set), self.rollout_sharding,
+                 self.rollouts, self.stopping, self.clock, self.put_wait, POLL_S)
 
         return body
 

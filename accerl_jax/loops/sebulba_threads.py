@@ -2,8 +2,12 @@
 version, stage clocks that worker threads add to, and a thread that hands its exception to the learner."""
 from __future__ import annotations
 
+import queue
 import threading
-from typing import Callable
+import time
+from typing import Callable, Iterable
+
+import jax
 
 class Failure:
     """The first exception raised in any thread (the rest are consequences)."""
@@ -70,3 +74,26 @@ def thread(name: str, body: Callable[[], None], failure: Failure, stopping: thre
     return threading.Thread(target=target, name=name, daemon=True)
 
 
+
+
+def feed(rollouts: Iterable, sharding, out: queue.Queue, stopping: threading.Event, clock: Clock, put_wait: Clock,
+         poll_s: float) -> None:
+    """An actor thread's loop: copy each ``(rollout, version, seconds)`` of ``rollouts`` to the learner's
+    devices (``sharding``) and put it, with its version and stage seconds (``transfer`` added), into the
+    bounded queue ``out``, looking for ``stopping`` every ``poll_s`` while the queue is full. The actor's
+    own seconds go to ``clock["actor"]``, the seconds waited for room to ``put_wait["put"]``."""
+    mark = time.perf_counter()
+    for local, version, seconds in rollouts:
+        start = time.perf_counter()
+        on_learner = jax.block_until_ready(jax.device_put(local, sharding))
+        ready = time.perf_counter()
+        while not stopping.is_set():
+            try:
+                out.put((on_learner, version, dict(seconds, transfer=ready - start)), timeout=poll_s)
+                break
+            except queue.Full:
+                continue
+        waited = time.perf_counter() - ready
+        put_wait.add("put", waited)
+        clock.add("actor", time.perf_counter() - mark - waited)
+        mark = time.perf_counter()
