@@ -19,7 +19,6 @@ import numpy as np
 from accerl_jax.types import Rollout, Transition, pack_bootstrap_obs
 
 
-
 class RolloutAssembler:
     """Per-environment trajectories from asynchronous results, cut into rollouts ``[T, B, ...]``.
 

@@ -526,22 +526,8 @@ def test_one_forward_equals_two_forward_targets_losses_and_gradients(name, conti
     every = (name, continuous) in (("vtrace", False), ("retrace", False), ("appo", True))
     for layout in ("any", "tight", "delayed") if every else ("tight",):
         batch, next_obs = _ends_batch(layout, continuous)
-        if name == "appo":  # the targets with θ_old = params (constants), then the loss at p
-
-            def new_fn(p):
-                old = learner.appo_targets(params, apply, batch, cfg)
-                return (*learner.appo_loss_sums(p, apply, batch, old, cfg), old)
-
-            def ref_fn(p):
-                old = _ref_appo_targets(params, apply, batch, next_obs, cfg)
-                return (*learner.appo_loss_sums(p, apply, batch, old, cfg), old)
-        else:
-            new_fn = lambda p: (*learner.loss_sums(p, apply, batch, cfg), ())  # noqa: E731
-            ref_fn = lambda p: (*_ref_loss_sums(p, apply, batch, next_obs, cfg), ())  # noqa: E731
-        # One compiled call each: the loss, its parts (and APPO's targets) and the gradient.
-        run = lambda fn: jax.jit(jax.value_and_grad(lambda p: (_weighted(cfg, fn(p)[:2]), fn(p)), has_aux=True))(params)  # noqa: E731
-        (_, (c_new, s_new, t_new)), g_new = run(new_fn)
-        (_, (c_ref, s_ref, t_ref)), g_ref = run(ref_fn)
+        (_, (c_new, s_new, t_new)), g_new = _loss_parts_and_grad(cfg, apply, params, batch, None)
+        (_, (c_ref, s_ref, t_ref)), g_ref = _loss_parts_and_grad(cfg, apply, params, batch, next_obs)
         assert float(c_new) == float(c_ref) > 0
         for k in s_ref:
             np.testing.assert_allclose(float(s_new[k]), float(s_ref[k]), rtol=1e-5, atol=1e-5, err_msg=f"{layout} {k}")
@@ -550,6 +536,27 @@ def test_one_forward_equals_two_forward_targets_losses_and_gradients(name, conti
             assert float(jnp.max(jnp.abs(t_ref.advantage))) > 0.1  # the targets are not trivially zero
         _assert_trees_close(g_new, g_ref, rtol=1e-4, atol=1e-6)
         assert _max_abs_diff(g_ref, jax.tree.map(jnp.zeros_like, g_ref)) > 1e-3
+
+
+def _loss_parts_and_grad(cfg, apply, params, batch, next_obs):
+    """One compiled call: ``((loss, (count, sums, appo_targets or ())), grad)`` at ``params``; the
+    learner's if ``next_obs`` is None, else the two-forward oracle's on ``next_obs``. For APPO the targets
+    are θ_old = ``params``'s (constants) and the loss is the clipped surrogate at the same params."""
+
+    def parts(p):
+        if cfg.loss == "appo":
+            old = (learner.appo_targets(params, apply, batch, cfg) if next_obs is None
+                   else _ref_appo_targets(params, apply, batch, next_obs, cfg))
+            return (*learner.appo_loss_sums(p, apply, batch, old, cfg), old)
+        if next_obs is None:
+            return (*learner.loss_sums(p, apply, batch, cfg), ())
+        return (*_ref_loss_sums(p, apply, batch, next_obs, cfg), ())
+
+    def loss(p):
+        out = parts(p)
+        return _weighted(cfg, out[:2]), out
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
 def test_one_forward_really_uses_each_final_observation():
