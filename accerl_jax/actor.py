@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from accerl_jax import xla
 from accerl_jax.networks import policy_distribution
-from accerl_jax.types import ApplyFn, Rollout, Transition
+from accerl_jax.types import ApplyFn, Rollout, Transition, pack_bootstrap_obs
 
 
 def sample_action(
@@ -58,7 +58,13 @@ def random_action(info, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return action, jnp.full(action.shape, -jnp.log(info.num_actions), jnp.float32)
 
 
-def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:
+def rollout_from_steps(obs, action, log_prob, tr: Transition, slots: int) -> Rollout:
+    """The :class:`Rollout` of ``T`` stacked steps: ``obs [T, B, ...]`` each action was taken at, ``action``,
+    ``log_prob`` and the stacked :class:`Transition` ``tr`` ``[T, B, ...]``; its ``next_obs`` is kept only
+    where a later row's ``obs`` is not it, in ``bootstrap_obs [slots + 1, B, ...]``
+    (:func:`accerl_jax.types.pack_bootstrap_obs`; ``slots`` from
+    :meth:`accerl_jax.envs.base.EnvInfo.bootstrap_slots`). numpy inputs give numpy fields (checked),
+    jax inputs traceable jax fields."""
     return Rollout(
         obs=obs,
         action=action,
@@ -67,7 +73,7 @@ def _rollout_from_steps(obs, action, log_prob, tr: Transition) -> Rollout:
         terminated=tr.terminated,
         truncated=tr.truncated,
         valid=tr.valid,
-        next_obs=tr.next_obs,
+        bootstrap_obs=pack_bootstrap_obs(obs, tr.next_obs, tr.truncated, slots),
         episode_return=tr.episode_return,
         episode_length=tr.episode_length,
     )
@@ -95,6 +101,7 @@ class AnakinActor:
             raise ValueError(f"{env.info.name} is a host environment; use HostActor")
         self.env = env
         self.rollout_length = rollout_length
+        slots = env.info.bootstrap_slots(rollout_length)
 
         def _run(params, carry: ActorCarry, random_actions: bool):
             def step(c: ActorCarry, _):
@@ -107,7 +114,7 @@ class AnakinActor:
                 return ActorCarry(env_state, tr.obs, key), (c.obs, action, log_prob, tr)
 
             carry, (obs, action, log_prob, tr) = jax.lax.scan(step, carry, None, length=rollout_length)
-            return carry, _rollout_from_steps(obs, action, log_prob, tr)
+            return carry, rollout_from_steps(obs, action, log_prob, tr, slots)
 
         self._reset = jax.jit(env.reset) if env.info.jittable else env.reset
         # The traceable rollout ``(params, carry) -> (carry, Rollout)``, for loops that fuse it into a
@@ -191,7 +198,7 @@ class HostActor:
             steps.append((obs, action, log_prob, tr))
             obs = tr.obs
         stacked = jax.tree.map(lambda *xs: np.stack(xs), *steps)
-        rollout = jax.device_put(_rollout_from_steps(*stacked))
+        rollout = jax.device_put(rollout_from_steps(*stacked, self.env.info.bootstrap_slots(self.rollout_length)))
         return ActorCarry(env_state, obs, key), rollout, {"env_time_s": env_time, "inference_time_s": inference_time}
 
 

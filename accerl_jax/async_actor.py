@@ -16,10 +16,7 @@ from typing import Callable, Iterator
 import jax
 import numpy as np
 
-from accerl_jax.types import Rollout, Transition
-
-# Per step and environment; the Rollout fields plus the policy version that chose the action.
-_FIELDS = Rollout._fields + ("version",)
+from accerl_jax.types import Rollout, Transition, pack_bootstrap_obs
 
 
 class RolloutAssembler:
@@ -34,15 +31,18 @@ class RolloutAssembler:
     Args:
       num_envs: ``B``, environment ids ``0 .. B-1``.
       rollout_length: ``T``.
+      slots: ``K`` of the rollouts' ``bootstrap_obs`` (:meth:`accerl_jax.envs.base.EnvInfo.bootstrap_slots`;
+        0 for envpool); default ``T - 1``, which holds any rollout.
     """
 
-    def __init__(self, num_envs: int, rollout_length: int):
+    def __init__(self, num_envs: int, rollout_length: int, slots: int | None = None):
         self.num_envs = num_envs
         self.rollout_length = rollout_length
+        self.slots = max(rollout_length - 1, 0) if slots is None else slots
         self._count = np.zeros(num_envs, np.int64)  # closed steps buffered per env
         self._has_pending = np.zeros(num_envs, bool)
         self._pending: dict | None = None  # obs, action, log_prob, version: [B, ...]
-        self._buf: dict | None = None  # every _FIELDS entry: [B, capacity, ...]
+        self._buf: dict | None = None  # the pending fields and the Transition's but obs: [B, capacity, ...]
 
     def act(self, ids: np.ndarray, obs, action, log_prob, version: int) -> None:
         """Remember the actions sent to environments ``ids [M]`` (``obs [M, ...]`` they were chosen at)."""
@@ -88,6 +88,8 @@ class RolloutAssembler:
             v[:, : self._capacity - t] = v[:, t:].copy()
         self._count -= t
         version = int(out.pop("version").min())
+        next_obs = out.pop("next_obs")
+        out["bootstrap_obs"] = pack_bootstrap_obs(out["obs"], next_obs, out["truncated"], self.slots)
         return Rollout(**out), version
 
 
@@ -106,7 +108,7 @@ class AsyncActor:
         self.env = env
         self.act = act
         self.key = key
-        self.assembler = RolloutAssembler(env.info.num_envs, rollout_length)
+        self.assembler = RolloutAssembler(env.info.num_envs, rollout_length, env.info.bootstrap_slots(rollout_length))
 
     def rollouts(self, latest_params: Callable[[], tuple], stopping: Callable[[], bool]) -> Iterator[tuple]:
         """Reset the envs and yield ``(rollout, version, seconds)`` until ``stopping()``.

@@ -26,6 +26,12 @@ Three losses (``LossConfig.loss`` and ``LossConfig.corrector``):
   clip keeps the epochs near θ_old. Minibatches are whole trajectories (columns of ``B``); each device
   splits its own shard, and every minibatch's means are global (psum of sums over psum of counts).
 
+One forward pass over the rollout: the values (and, for Retrace, logits and Q) a row bootstraps from are
+the next row's, from the same pass, with gradients stopped; only the observations no row starts at (the
+last row's next observation and the final observations of truncated steps, ``Rollout.bootstrap_obs``,
+``K + 1`` rows) take a second, small forward pass (:func:`next_step_outputs`). A terminated step takes
+the next row's (the reset observation's) value, which its discount 0 multiplies away.
+
 Continuous actions (a ``[T, B, D]`` float ``action``) use the diagonal Gaussian of
 :func:`accerl_jax.networks.policy_distribution`; log-probabilities are summed over the D dimensions. Every term is a *masked* mean over valid steps taken across
 devices as ``psum(sum) / psum(count)`` (docs/DESIGN.md), so one update on ``N`` devices equals the
@@ -46,7 +52,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from accerl_jax import corrector, xla
 from accerl_jax.networks import policy_distribution
-from accerl_jax.types import ApplyFn, Rollout
+from accerl_jax.types import ApplyFn, Rollout, bootstrap_slot
 
 AXIS = "batch"
 LOSSES = ("actor-critic", "appo")
@@ -137,11 +143,44 @@ def ratio_sums(log_rho: jax.Array, mask: jax.Array, cfg: LossConfig) -> dict:
     }
 
 
+def next_step_outputs(x_tm1, x_boot, truncated: jax.Array):
+    """Network outputs at the destination state of every row, from the rollout's own forward pass.
+
+    Args:
+      x_tm1: pytree of ``[T, B, ...]`` outputs at ``batch.obs`` (e.g. ``v_tm1``), times [0, T-1].
+      x_boot: the same pytree of ``[K + 1, B, ...]`` outputs at ``batch.bootstrap_obs``.
+      truncated: ``[T, B]`` bool.
+
+    Returns:
+      pytree of ``[T, B, ...]`` outputs at the next state of each row (e.g. ``v_t``), times [1, T],
+      gradients stopped: ``x_tm1[s + 1]`` for ``s < T - 1``, except a truncated row with ``K > 0``, which
+      takes its final observation's ``x_boot[slot]`` (:func:`accerl_jax.types.bootstrap_slot`); the last
+      row takes ``x_boot[K]``. A terminated row gets the reset observation's output: every use multiplies
+      it by ``discount_t = 0``. Equal to the outputs at ``Transition.next_obs`` wherever a bootstrap is
+      used (:class:`accerl_jax.types.Rollout`).
+    """
+    k = jax.tree.leaves(x_boot)[0].shape[0] - 1
+    slot = jnp.clip(bootstrap_slot(truncated), 0, max(k - 1, 0))
+    trunc = truncated[:-1]
+
+    def one(tm1, boot):
+        nxt = tm1[1:]
+        if k:  # static: K = 0 rollouts (envpool) hold their final observations in obs
+            trailing = (1,) * (tm1.ndim - 2)
+            final = jnp.take_along_axis(boot[:k], slot.reshape(slot.shape + trailing), axis=0)
+            nxt = jnp.where(trunc.reshape(trunc.shape + trailing), final, nxt)
+        return jnp.concatenate([nxt, boot[k:]])
+
+    return jax.lax.stop_gradient(jax.tree.map(one, x_tm1, x_boot))
+
+
 def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[jax.Array, dict]:
     """Masked *sums* of the actor-critic loss terms over a (local) ``[T, B]`` batch.
 
     ``apply`` is ``(params, obs) -> (policy_out, value)``, or ``-> (logits, value, q)``
-    (:func:`accerl_jax.networks.make_apply_with_q`) for ``cfg.corrector == "retrace"``.
+    (:func:`accerl_jax.networks.make_apply_with_q`) for ``cfg.corrector == "retrace"``. One forward pass
+    over ``batch.obs`` ``[T, B]`` and one over ``batch.bootstrap_obs`` ``[K + 1, B]``
+    (:func:`next_step_outputs`).
 
     Returns:
       ``(count, sums)``: ``count`` [] float32 is the number of valid steps; ``sums`` maps
@@ -155,7 +194,7 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
         return _retrace_loss_sums(params, apply, batch, cfg)
     continuous = is_continuous(batch)
     out, v_tm1 = apply(params, batch.obs)[:2]
-    v_t = jax.lax.stop_gradient(apply(params, batch.next_obs)[1])
+    v_t = next_step_outputs(v_tm1, apply(params, batch.bootstrap_obs)[1], batch.truncated)
     pi = policy_distribution(out, continuous)
     log_pi = pi.log_prob(batch.action)
     mask = batch.valid.astype(jnp.float32)
@@ -200,7 +239,8 @@ def _retrace_loss_sums(params, apply, batch: Rollout, cfg: LossConfig):
     if is_continuous(batch):
         raise ValueError("corrector 'retrace' supports discrete actions only (it needs Q over all actions)")
     logits, v_tm1, q_tm1 = apply(params, batch.obs)
-    logits_t, _, q_t = jax.lax.stop_gradient(apply(params, batch.next_obs))
+    logits_boot, _, q_boot = apply(params, batch.bootstrap_obs)
+    logits_t, q_t = next_step_outputs((logits, q_tm1), (logits_boot, q_boot), batch.truncated)
     pi = policy_distribution(logits, False)
     log_pi = pi.log_prob(batch.action)
     log_pi_sg = jax.lax.stop_gradient(log_pi)
@@ -242,9 +282,10 @@ class AppoTargets(NamedTuple):
 
 
 def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> AppoTargets:
-    """The corrector's targets for APPO with the parameters the update starts from (θ_old)."""
+    """The corrector's targets for APPO with the parameters the update starts from (θ_old); forward
+    passes as :func:`loss_sums`."""
     out, v_tm1 = apply(params, batch.obs)[:2]
-    v_t = apply(params, batch.next_obs)[1]
+    v_t = next_step_outputs(v_tm1, apply(params, batch.bootstrap_obs)[1], batch.truncated)
     log_pi = policy_distribution(out, is_continuous(batch)).log_prob(batch.action)
     log_rho = log_pi - batch.log_prob
     targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)

@@ -91,11 +91,10 @@ def make_bare(compressor_spec: str, args):
 
     from accerl_jax import learner as learner_lib
     from accerl_jax import networks
-    from accerl_jax.actor import sample_action
+    from accerl_jax.actor import rollout_from_steps, sample_action
     from accerl_jax.compressor import make_compressor
     from accerl_jax.envs import make_env
     from accerl_jax.config import Config
-    from accerl_jax.types import Rollout
 
     cfg = Config(env=args.env, compressor=compressor_spec)
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)
@@ -126,8 +125,7 @@ def make_bare(compressor_spec: str, args):
 
         (env_state, obs, key), (o, a, lp, tr) = jax.lax.scan(env_step, (env_state, obs, key), None,
                                                              length=cfg.rollout_length)
-        rollout = Rollout(o, a, lp, tr.reward, tr.terminated, tr.truncated, tr.valid, tr.next_obs,
-                          tr.episode_return, tr.episode_length)
+        rollout = rollout_from_steps(o, a, lp, tr, info.bootstrap_slots(cfg.rollout_length))
         learner, _ = update(learner, rollout)
         actor_params, comp_state = comp.compress(learner.params, comp_state, o.reshape((-1,) + info.obs_shape))
         return (learner, actor_params, comp_state, env_state, obs, key), None

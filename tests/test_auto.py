@@ -55,7 +55,7 @@ def _rollout(log_prob_shift: float = 0.0) -> Rollout:
     zeros = jnp.zeros((T, B))
     return Rollout(obs=OBS, action=action, log_prob=log_pi + log_prob_shift, reward=zeros,
                    terminated=zeros.astype(bool), truncated=zeros.astype(bool), valid=jnp.ones((T, B), bool),
-                   next_obs=OBS, episode_return=zeros, episode_length=zeros.astype(jnp.int32))
+                   bootstrap_obs=OBS[-1:], episode_return=zeros, episode_length=zeros.astype(jnp.int32))
 
 
 def _first_decision(comp):

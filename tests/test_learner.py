@@ -15,7 +15,7 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 
 from accerl_jax import learner, networks  # noqa: E402
-from accerl_jax.types import Rollout  # noqa: E402
+from accerl_jax.types import Rollout, pack_bootstrap_obs  # noqa: E402
 from two_devices import run_two_device_main
 
 T, B, OBS_DIM, NUM_ACTIONS = 8, 4, 4, 2
@@ -40,6 +40,12 @@ def _batch(seed=0, t=T, b=B):
     envpool's reset step), columns 2 and 3 are all valid: the two halves of B=4 hold 5 and 16 valid
     steps. Invalid steps only ever follow an episode end, so they cannot leak into valid targets.
     """
+    return _batch_and_next_obs(seed, t, b)[0]
+
+
+def _batch_and_next_obs(seed=0, t=T, b=B):
+    """:func:`_batch` and its true next observations ``next_obs [t, b, OBS_DIM]``: the next row's obs
+    inside an episode, random where an episode ended and at the last row."""
     assert t >= 8 and b >= 4
     rng = np.random.default_rng(seed)
     terminated = np.zeros((t, b), bool)
@@ -51,18 +57,30 @@ def _batch(seed=0, t=T, b=B):
     terminated[3, 2], truncated[6, 2] = True, True
     truncated[2, 3], terminated[t - 1, 3] = True, True
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    return Rollout(
-        obs=f32(rng.normal(size=(t, b, OBS_DIM))),
+    obs = rng.normal(size=(t, b, OBS_DIM)).astype(np.float32)
+    next_obs = _next_obs_of(obs, terminated | truncated, rng)
+    batch = Rollout(
+        obs=f32(obs),
         action=jnp.asarray(rng.integers(0, NUM_ACTIONS, size=(t, b)), jnp.int32),
         log_prob=f32(np.log(rng.uniform(0.1, 0.9, size=(t, b)))),
         reward=f32(rng.normal(size=(t, b))),
         terminated=jnp.asarray(terminated),
         truncated=jnp.asarray(truncated),
         valid=jnp.asarray(valid),
-        next_obs=f32(rng.normal(size=(t, b, OBS_DIM))),
+        bootstrap_obs=f32(pack_bootstrap_obs(obs, next_obs, truncated, t - 1)),
         episode_return=f32(np.zeros((t, b))),
         episode_length=jnp.zeros((t, b), jnp.int32),
     )
+    return batch, f32(next_obs)
+
+
+def _next_obs_of(obs, done, rng):
+    """True next observations for ``obs [t, b, ...]``: the next row's, random at ``done`` and the last row."""
+    next_obs = np.concatenate([obs[1:], obs[-1:]])
+    ends = done.copy()
+    ends[-1] = True
+    next_obs[ends] = rng.normal(size=next_obs[ends].shape)
+    return next_obs.astype(obs.dtype)
 
 
 def _optimizer():
@@ -219,9 +237,14 @@ def _perturb_invalid(batch, seed=1):
     rng = np.random.default_rng(seed)
     inv = ~np.asarray(batch.valid)
     inv_obs = inv[..., None]
+    # The next observations of invalid steps: the next row's obs (perturbed above), or the last row's in
+    # bootstrap_obs (invalid steps are never truncated, so no other slot holds one).
+    inv_last = inv[-1][:, None]
+    boot = batch.bootstrap_obs
     return batch._replace(
         obs=jnp.where(inv_obs, 100.0 * rng.normal(size=batch.obs.shape) + 5.0, batch.obs).astype(jnp.float32),
-        next_obs=jnp.where(inv_obs, -50.0 * rng.normal(size=batch.obs.shape), batch.next_obs).astype(jnp.float32),
+        bootstrap_obs=boot.at[-1].set(jnp.where(inv_last, -50.0 * rng.normal(size=boot.shape[1:]), boot[-1])
+                                      ).astype(jnp.float32),
         reward=jnp.where(inv, 1e3 * rng.normal(size=batch.reward.shape), batch.reward).astype(jnp.float32),
         action=jnp.where(inv, (batch.action + 1) % NUM_ACTIONS, batch.action).astype(jnp.int32),
         log_prob=jnp.where(inv, -7.0, batch.log_prob).astype(jnp.float32),
@@ -264,18 +287,19 @@ def test_all_invalid_batch_gives_zero_loss_and_no_nan(params, batch):
 def test_no_gradient_through_bootstrap(params, batch):
     cfg = learner.LossConfig()
 
-    def loss_of(obs, next_obs, log_prob):
-        return _total_loss(params, batch._replace(obs=obs, next_obs=next_obs, log_prob=log_prob), cfg)
+    def loss_of(obs, bootstrap_obs, log_prob):
+        return _total_loss(params, batch._replace(obs=obs, bootstrap_obs=bootstrap_obs, log_prob=log_prob), cfg)
 
-    g_obs, g_next, g_logp = jax.jit(jax.grad(loss_of, argnums=(0, 1, 2)))(batch.obs, batch.next_obs, batch.log_prob)
-    assert np.all(np.asarray(g_next) == 0.0), "gradient flows through V(next_obs)"
+    g_obs, g_next, g_logp = jax.jit(jax.grad(loss_of, argnums=(0, 1, 2)))(batch.obs, batch.bootstrap_obs,
+                                                                           batch.log_prob)
+    assert np.all(np.asarray(g_next) == 0.0), "gradient flows through V(bootstrap_obs)"
     assert np.all(np.asarray(g_logp) == 0.0), "gradient flows through the behaviour log-prob / rho"
     # Sanity: the gradient w.r.t. the current obs of valid steps is not zero.
     assert np.max(np.abs(np.asarray(g_obs)[np.asarray(batch.valid)])) > 1e-6
-    # ... and next_obs does enter the loss value (as the bootstrap target).
+    # ... and bootstrap_obs does enter the loss value (as the bootstrap target).
     loss_jit = jax.jit(loss_of)
-    loss = float(loss_jit(batch.obs, batch.next_obs, batch.log_prob))
-    loss2 = float(loss_jit(batch.obs, batch.next_obs + 1.0, batch.log_prob))
+    loss = float(loss_jit(batch.obs, batch.bootstrap_obs, batch.log_prob))
+    loss2 = float(loss_jit(batch.obs, batch.bootstrap_obs + 1.0, batch.log_prob))
     assert abs(loss2 - loss) > 1e-5
 
 
@@ -345,3 +369,279 @@ def test_ratio_statistics_and_learning_rate_match_hand_computation(params, batch
     np.testing.assert_allclose(float(metrics["learning_rate"]), 1e-3, rtol=1e-6)
     _, metrics = update(state, batch)
     np.testing.assert_allclose(float(metrics["learning_rate"]), 0.75e-3, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. One forward pass over obs (plus bootstrap_obs) equals the two-forward learner over obs and next_obs
+# --------------------------------------------------------------------------------------------------
+# The oracle: the learner as it was, applying the network to every row's true next observation.
+
+
+def _ref_loss_sums(params, apply, batch, next_obs, cfg):
+    """Two-forward reference of :func:`learner.loss_sums`: V (or logits and Q) of ``next_obs [T, B]``."""
+    if cfg.corrector == "retrace":
+        return _ref_retrace_loss_sums(params, apply, batch, next_obs, cfg)
+    out, v_tm1 = apply(params, batch.obs)[:2]
+    v_t = jax.lax.stop_gradient(apply(params, next_obs)[1])
+    pi = networks.policy_distribution(out, learner.is_continuous(batch))
+    log_pi = pi.log_prob(batch.action)
+    mask = batch.valid.astype(jnp.float32)
+    log_rho = jax.lax.stop_gradient(log_pi) - batch.log_prob
+    targets = learner._value_targets(cfg, v_tm1, v_t, batch, log_rho)
+    sums = {
+        "pg": jnp.sum(mask * -targets.pg_advantage * log_pi),
+        "value": jnp.sum(mask * 0.5 * (targets.vs - v_tm1) ** 2),
+        "entropy": jnp.sum(mask * pi.entropy()),
+        "rho": jnp.sum(mask * jnp.exp(log_rho)),
+        "vs": jnp.sum(mask * targets.vs),
+        **learner.ratio_sums(log_rho, mask, cfg),
+    }
+    return jnp.sum(mask), sums
+
+
+def _ref_retrace_loss_sums(params, apply, batch, next_obs, cfg):
+    from accerl_jax import corrector
+
+    logits, v_tm1, q_tm1 = apply(params, batch.obs)
+    logits_t, _, q_t = jax.lax.stop_gradient(apply(params, next_obs))
+    pi = networks.policy_distribution(logits, False)
+    log_pi = pi.log_prob(batch.action)
+    mask = batch.valid.astype(jnp.float32)
+    discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
+    done_t = batch.terminated | batch.truncated
+    a_t = jnp.concatenate([batch.action[1:], batch.action[-1:]])
+    log_mu_t = jnp.concatenate([batch.log_prob[1:], jnp.zeros_like(batch.log_prob[-1:])])
+    targets = corrector.retrace(jax.lax.stop_gradient(q_tm1), q_t, batch.action, a_t, batch.reward, discount_t,
+                                jax.nn.softmax(logits_t), jnp.exp(log_mu_t), done_t, lambda_=cfg.lambda_)
+    q_a = jnp.take_along_axis(q_tm1, batch.action[..., None], axis=-1)[..., 0]
+    v_pi = jax.lax.stop_gradient(jnp.sum(jax.nn.softmax(logits) * q_tm1, axis=-1))
+    log_rho = jax.lax.stop_gradient(log_pi) - batch.log_prob
+    rho = jnp.exp(log_rho)
+    advantage = jax.lax.stop_gradient(jnp.minimum(cfg.clip_pg_rho_threshold, rho) * (targets - v_pi))
+    sums = {
+        "pg": jnp.sum(mask * -advantage * log_pi),
+        "value": jnp.sum(mask * 0.5 * ((targets - q_a) ** 2 + (v_pi - v_tm1) ** 2)),
+        "entropy": jnp.sum(mask * pi.entropy()),
+        "rho": jnp.sum(mask * rho),
+        "vs": jnp.sum(mask * targets),
+        **learner.ratio_sums(log_rho, mask, cfg),
+    }
+    return jnp.sum(mask), sums
+
+
+def _ref_appo_targets(params, apply, batch, next_obs, cfg):
+    out, v_tm1 = apply(params, batch.obs)[:2]
+    v_t = apply(params, next_obs)[1]
+    log_pi = networks.policy_distribution(out, learner.is_continuous(batch)).log_prob(batch.action)
+    log_rho = log_pi - batch.log_prob
+    targets = learner._value_targets(cfg, v_tm1, v_t, batch, log_rho)
+    return jax.lax.stop_gradient(learner.AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho),
+                                                     log_rho))
+
+
+ONE_FWD_T, ONE_FWD_OBS, ONE_FWD_D = 8, 3, 2
+ONE_FWD_CONFIGS = {
+    "vtrace": learner.LossConfig(corrector="vtrace", lambda_=0.9, discount=0.95, clip_rho_threshold=1.2),
+    "is": learner.LossConfig(corrector="is", lambda_=0.9, discount=0.95, clip_rho_threshold=2.0),
+    "none": learner.LossConfig(corrector="none", lambda_=0.8, discount=0.95),
+    "retrace": learner.LossConfig(corrector="retrace", lambda_=0.9, discount=0.95),
+    "appo": learner.LossConfig(loss="appo", lambda_=0.9, discount=0.95),
+}
+
+
+def _ends_batch(layout, continuous, seed=0):
+    """A [8, B] rollout with episode ends everywhere the rules distinguish, and its true ``next_obs``.
+
+    Columns: truncations at the first row, twice inside and at the last row; terminations and truncations
+    alternating (first and last rows terminated); every row truncated (``layout="any"`` only: it needs
+    K = T - 1); no end; envpool-like (invalid first row and a reset row after each end); every row
+    terminated. ``layout``: ``"any"`` packs with K = T - 1, ``"tight"`` with the columns' own maximum
+    (K = 3), ``"delayed"`` with K = 0, where (as envpool) a truncated step's next observation is the
+    next row's obs.
+    """
+    t = ONE_FWD_T
+    ends = {  # column -> (terminated rows, truncated rows, invalid rows)
+        "first_inside_last": ((), (0, 3, 5, 7), ()),
+        "alternating": ((0, 4, 7), (2, 6), ()),
+        "all_truncated": ((), tuple(range(t)), ()),
+        "none": ((), (), ()),
+        "envpool": ((4,), (1,), (0, 2, 5)),
+        "all_terminated": (tuple(range(t)), (), ()),
+    }
+    if layout == "tight":
+        del ends["all_truncated"]
+    b = len(ends)
+    terminated, truncated, valid = np.zeros((t, b), bool), np.zeros((t, b), bool), np.ones((t, b), bool)
+    for i, (term, trunc, inv) in enumerate(ends.values()):
+        terminated[list(term), i], truncated[list(trunc), i], valid[list(inv), i] = True, True, False
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(t, b, ONE_FWD_OBS)).astype(np.float32)
+    next_obs = _next_obs_of(obs, terminated | truncated, rng)
+    if layout == "delayed":
+        inside = truncated.copy()
+        inside[-1] = False
+        next_obs[:-1][inside[:-1]] = obs[1:][inside[:-1]]
+    slots = {"any": t - 1, "tight": 3, "delayed": 0}[layout]
+    action = (rng.normal(size=(t, b, ONE_FWD_D)) if continuous else rng.integers(0, NUM_ACTIONS, size=(t, b)))
+    batch = Rollout(
+        obs=jnp.asarray(obs),
+        action=jnp.asarray(action, jnp.float32 if continuous else jnp.int32),
+        log_prob=jnp.asarray(np.log(rng.uniform(0.1, 0.9, size=(t, b))) - (2.0 if continuous else 0.0), jnp.float32),
+        reward=jnp.asarray(rng.normal(size=(t, b)), jnp.float32),
+        terminated=jnp.asarray(terminated), truncated=jnp.asarray(truncated), valid=jnp.asarray(valid),
+        bootstrap_obs=jnp.asarray(pack_bootstrap_obs(obs, next_obs, truncated, slots)),
+        episode_return=jnp.zeros((t, b), jnp.float32), episode_length=jnp.zeros((t, b), jnp.int32),
+    )
+    assert batch.bootstrap_obs.shape[0] == slots + 1
+    return batch, jnp.asarray(next_obs)
+
+
+def _one_fwd_net(name, continuous):
+    spec = networks.with_widths(networks.default_spec((ONE_FWD_OBS,), 0 if continuous else NUM_ACTIONS,
+                                                      action_dim=ONE_FWD_D if continuous else 0,
+                                                      q_head=name == "retrace"), (32, 32))
+    apply = networks.make_apply_with_q(spec) if name == "retrace" else networks.make_apply(spec)
+    params = networks.init_params(spec, jax.random.PRNGKey(3))
+    # Noise on every weight: a policy far from uniform and values far from zero.
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(4), len(leaves))
+    params = jax.tree.unflatten(treedef, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+    return apply, params
+
+
+def _weighted(cfg, count_sums):
+    count, sums = count_sums
+    return (sums["pg"] + cfg.value_coef * sums["value"] - cfg.entropy_coef * sums["entropy"]) / jnp.maximum(count, 1.0)
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "gaussian"])
+@pytest.mark.parametrize("name", list(ONE_FWD_CONFIGS))
+def test_one_forward_equals_two_forward_targets_losses_and_gradients(name, continuous):
+    if continuous and name == "retrace":
+        pytest.skip("retrace is discrete only")
+    cfg = ONE_FWD_CONFIGS[name]
+    apply, params = _one_fwd_net(name, continuous)
+    # Every layout (K = T - 1, 3, 0) where the network outputs differ (values, logits and Q, Gaussian);
+    # the tight one elsewhere (the layouts' compiles are most of this test's time).
+    every = (name, continuous) in (("vtrace", False), ("retrace", False), ("appo", True))
+    for layout in ("any", "tight", "delayed") if every else ("tight",):
+        batch, next_obs = _ends_batch(layout, continuous)
+        (_, (c_new, s_new, t_new)), g_new = _loss_parts_and_grad(cfg, apply, params, batch, None)
+        (_, (c_ref, s_ref, t_ref)), g_ref = _loss_parts_and_grad(cfg, apply, params, batch, next_obs)
+        assert float(c_new) == float(c_ref) > 0
+        for k in s_ref:
+            np.testing.assert_allclose(float(s_new[k]), float(s_ref[k]), rtol=1e-5, atol=1e-5, err_msg=f"{layout} {k}")
+        _assert_trees_close(t_new, t_ref, rtol=1e-5, atol=1e-5)
+        if name == "appo":
+            assert float(jnp.max(jnp.abs(t_ref.advantage))) > 0.1  # the targets are not trivially zero
+        _assert_trees_close(g_new, g_ref, rtol=1e-4, atol=1e-6)
+        assert _max_abs_diff(g_ref, jax.tree.map(jnp.zeros_like, g_ref)) > 1e-3
+
+
+def _loss_parts_and_grad(cfg, apply, params, batch, next_obs):
+    """One compiled call: ``((loss, (count, sums, appo_targets or ())), grad)`` at ``params``; the
+    learner's if ``next_obs`` is None, else the two-forward oracle's on ``next_obs``. For APPO the targets
+    are θ_old = ``params``'s (constants) and the loss is the clipped surrogate at the same params."""
+
+    def parts(p):
+        if cfg.loss == "appo":
+            old = (learner.appo_targets(params, apply, batch, cfg) if next_obs is None
+                   else _ref_appo_targets(params, apply, batch, next_obs, cfg))
+            return (*learner.appo_loss_sums(p, apply, batch, old, cfg), old)
+        if next_obs is None:
+            return (*learner.loss_sums(p, apply, batch, cfg), ())
+        return (*_ref_loss_sums(p, apply, batch, next_obs, cfg), ())
+
+    def loss(p):
+        out = parts(p)
+        return _weighted(cfg, out[:2]), out
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+
+
+def test_one_forward_really_uses_each_final_observation():
+    """The fixture is meaningful: moving any one truncated step's final observation, or the last row's
+    next observation, changes the targets; moving a terminated step's changes nothing."""
+    cfg = ONE_FWD_CONFIGS["vtrace"]
+    apply, params = _one_fwd_net("vtrace", False)
+    batch, next_obs = _ends_batch("any", False)
+    vs = jax.jit(lambda n: _ref_loss_sums(params, apply, batch, n, cfg)[1]["vs"])
+    new_vs = jax.jit(lambda b: learner.loss_sums(params, apply, b, cfg)[1]["vs"])
+    base = float(vs(next_obs))
+    trunc, term, valid = (np.asarray(x) for x in (batch.truncated, batch.terminated, batch.valid))
+    for s, i in zip(*np.nonzero(trunc | term)):
+        moved = next_obs.at[s, i].add(3.0)
+        b2 = batch._replace(bootstrap_obs=jnp.asarray(pack_bootstrap_obs(np.asarray(batch.obs), np.asarray(moved),
+                                                                         trunc, ONE_FWD_T - 1)))
+        changed = abs(float(vs(moved)) - base) > 1e-4
+        assert changed == bool(trunc[s, i] and valid[s, i]), (s, i)
+        np.testing.assert_allclose(float(new_vs(b2)), float(vs(moved)), rtol=1e-5, atol=1e-5)
+
+
+def test_pack_bootstrap_obs_numpy_and_jax_agree_and_numpy_checks_the_slots():
+    batch, next_obs = _ends_batch("tight", False)
+    obs, nxt, trunc = np.asarray(batch.obs), np.asarray(next_obs), np.asarray(batch.truncated)
+    for k in (3, 5):
+        packed = pack_bootstrap_obs(obs, nxt, trunc, k)
+        assert isinstance(packed, np.ndarray) and packed.shape == (k + 1,) + obs.shape[1:]
+        traced = jax.jit(lambda o, n, tr, k=k: pack_bootstrap_obs(o, n, tr, k))(obs, nxt, trunc)
+        np.testing.assert_array_equal(np.asarray(traced), packed)
+    np.testing.assert_array_equal(packed[-1], nxt[-1])
+    np.testing.assert_array_equal(packed[:3, 0], nxt[[0, 3, 5], 0])  # column 0: rows 0, 3, 5 (7 is the last)
+    np.testing.assert_array_equal(packed[3:5, 0], 0.0)  # unused slots
+    with pytest.raises(ValueError, match="3 truncated steps"):
+        pack_bootstrap_obs(obs, nxt, trunc, 2)
+    with pytest.raises(ValueError, match="differs from the next row"):
+        pack_bootstrap_obs(obs, nxt, trunc, 0)
+    delayed, d_next = _ends_batch("delayed", False)
+    assert pack_bootstrap_obs(np.asarray(delayed.obs), np.asarray(d_next), np.asarray(delayed.truncated), 0).shape[0] == 1
+
+
+def _replay_transitions(env, apply, params, carry, t):
+    """The stacked :class:`Transition` ``[t, B]`` of the AnakinActor's scan from ``carry`` (its steps,
+    replayed with the same keys), which its Rollout keeps only in packed form."""
+    from accerl_jax.actor import sample_action
+
+    def step(c, _):
+        key, sub = jax.random.split(c.key)
+        action, _ = sample_action(apply, params, c.obs, sub)
+        env_state, tr = env.step(c.env_state, action)
+        return c._replace(env_state=env_state, obs=tr.obs, key=key), tr
+
+    return jax.jit(lambda c: jax.lax.scan(step, c, None, length=t)[1])(carry)
+
+
+def test_gymnax_time_limit_bounds_the_slots_and_the_actor_packs_exactly():
+    """A gymnax CartPole cut at 3 steps: rows 0..T-2 of a column truncate at most ``bootstrap_slots(T)``
+    times, and the AnakinActor's packed rollout gives the two-forward learner's sums on the transitions
+    it came from."""
+    import dataclasses
+
+    from accerl_jax.actor import AnakinActor
+    from accerl_jax.envs import GymnaxEnv
+
+    t, b = 16, 8
+    env = GymnaxEnv("CartPole-v1", b)
+    env._params = env._params.replace(max_steps_in_episode=3)
+    env.info = dataclasses.replace(env.info, max_episode_steps=3)
+    slots = env.info.bootstrap_slots(t)
+    assert slots == 5
+    cfg = ONE_FWD_CONFIGS["vtrace"]
+    spec = networks.with_widths(networks.default_spec(env.info.obs_shape, env.info.num_actions), (32, 32))
+    apply, params = networks.make_apply(spec), networks.init_params(spec, jax.random.PRNGKey(0))
+    actor = AnakinActor(env, apply, t)
+    sums = jax.jit(lambda ro: learner.loss_sums(params, apply, ro, cfg)[1])
+    ref_sums = jax.jit(lambda ro, n: _ref_loss_sums(params, apply, ro, n, cfg)[1])
+    carry = actor.reset(jax.random.PRNGKey(1))
+    for _ in range(3):
+        trs = _replay_transitions(env, apply, params, carry, t)
+        carry, ro, _ = actor.rollout(params, carry)
+        trunc = np.asarray(trs.truncated)
+        np.testing.assert_array_equal(np.asarray(ro.truncated), trunc)
+        np.testing.assert_array_equal(np.asarray(ro.obs[1:]), np.asarray(trs.obs[:-1]))  # the same steps
+        assert 4 <= trunc[:-1].sum(0).max() <= slots  # near the bound: the check is meaningful
+        packed = pack_bootstrap_obs(np.asarray(ro.obs), np.asarray(trs.next_obs), trunc, slots)  # checks <= K
+        np.testing.assert_array_equal(np.asarray(ro.bootstrap_obs), packed)
+        new, ref = sums(ro), ref_sums(ro, trs.next_obs)
+        for k in ref:
+            np.testing.assert_allclose(float(new[k]), float(ref[k]), rtol=1e-5, atol=1e-5, err_msg=k)

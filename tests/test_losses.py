@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 from accerl_jax import learner, networks  # noqa: E402
 from accerl_jax.actor import sample_action  # noqa: E402
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence  # noqa: E402
-from accerl_jax.types import Rollout  # noqa: E402
+from accerl_jax.types import Rollout, pack_bootstrap_obs  # noqa: E402
 
 A, D = 3, 2
 N_STATES = 64
@@ -72,11 +72,15 @@ def _column(parts):
 
 def _rollout(columns, continuous=False):
     stack = {k: np.stack([c[k] for c in columns], axis=1) for k in columns[0]}
+    t = stack["obs"].shape[0]
+    # Invalid rows' next_obs are not the next row's obs, but no valid target reads them (the rows that
+    # follow an episode end): the packed rollout drops them, any K holds every column.
+    boot = pack_bootstrap_obs(stack["obs"], stack["next_obs"], stack["truncated"], t - 1)
     return Rollout(
         obs=jnp.asarray(stack["obs"], jnp.int32), action=jnp.asarray(stack["action"], jnp.float32 if continuous else jnp.int32),
         log_prob=jnp.asarray(stack["log_prob"], jnp.float32), reward=jnp.asarray(stack["reward"], jnp.float32),
         terminated=jnp.asarray(stack["terminated"]), truncated=jnp.asarray(stack["truncated"]),
-        valid=jnp.asarray(stack["valid"]), next_obs=jnp.asarray(stack["next_obs"], jnp.int32),
+        valid=jnp.asarray(stack["valid"]), bootstrap_obs=jnp.asarray(boot, jnp.int32),
         episode_return=jnp.zeros(stack["reward"].shape, jnp.float32),
         episode_length=jnp.zeros(stack["reward"].shape, jnp.int32),
     )
@@ -218,7 +222,7 @@ def test_gaussian_log_prob_is_summed_over_dimensions_and_ratio_is_one_on_policy(
     np.testing.assert_allclose(log_mu, by_hand, rtol=1e-5, atol=1e-5)
     batch = Rollout(obs=obs, action=action, log_prob=log_mu, reward=jnp.ones((4, 8)),
                     terminated=jnp.zeros((4, 8), bool), truncated=jnp.zeros((4, 8), bool),
-                    valid=jnp.ones((4, 8), bool), next_obs=obs, episode_return=jnp.zeros((4, 8)),
+                    valid=jnp.ones((4, 8), bool), bootstrap_obs=obs[-1:], episode_return=jnp.zeros((4, 8)),
                     episode_length=jnp.zeros((4, 8), jnp.int32))
     for loss in ("actor-critic", "appo"):
         cfg = learner.LossConfig(loss=loss)

@@ -88,7 +88,9 @@ def test_assembler_cuts_per_env_trajectories_from_random_subsets():
         ks = k * t + np.arange(t)[:, None]  # [T, 1]: global step index of each row
         np.testing.assert_array_equal(r.obs[..., 0], np.broadcast_to(np.arange(b), (t, b)))
         np.testing.assert_array_equal(r.obs[..., 1], np.broadcast_to(ks, (t, b)))
-        np.testing.assert_array_equal(r.next_obs[..., 1], np.broadcast_to(ks + 1, (t, b)))
+        # Nothing ended: the next observations are the next rows' obs and, for the last row, bootstrap_obs.
+        assert r.bootstrap_obs.shape == (t, b, 2)  # K = T - 1 slots by default
+        np.testing.assert_array_equal(r.bootstrap_obs[-1, :, 1], np.broadcast_to(ks[-1] + 1, (b,)))
         np.testing.assert_array_equal(r.action, 100 * np.arange(b)[None] + ks)
         np.testing.assert_array_equal(r.log_prob, -np.broadcast_to(ks, (t, b)).astype(np.float32))
         np.testing.assert_array_equal(r.reward, np.broadcast_to(ks + 1, (t, b)).astype(np.float32))
@@ -112,9 +114,11 @@ def test_async_envpool_rollouts_are_consecutive_and_mark_reset_steps():
     assert got[0].valid[0].all()  # an env's initial observation is not recorded as a transition
     done_total = 0
     for k, r in enumerate(got):
-        np.testing.assert_array_equal(r.next_obs[:-1], r.obs[1:])
+        # envpool returns the final observation and resets a step later: only the last row's next
+        # observation is not in obs (K = 0), and the packing checked that truncated rows' equal the next obs.
+        assert r.bootstrap_obs.shape == (1,) + r.obs.shape[1:]
         if k:
-            np.testing.assert_array_equal(got[k - 1].next_obs[-1], r.obs[0])
+            np.testing.assert_array_equal(got[k - 1].bootstrap_obs[-1], r.obs[0])
         done = (r.terminated | r.truncated) & r.valid
         np.testing.assert_array_equal(r.valid[1:], ~done[:-1])
         done_total += done.sum()

@@ -32,6 +32,10 @@ class EnvInfo:
         ``ClipAction`` convention).
       xla_step: True when ``step`` (not ``reset``) may run inside a jitted program although the env is
         a host one: envpool's XLA interface (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`).
+      delayed_reset: True when every transition's ``next_obs`` equals its ``obs`` (envpool: the step that
+        ends an episode returns the final observation, the reset comes with the next step), so a
+        rollout's truncated steps bootstrap from the next row's ``obs``; False when the adapter resets
+        in the same step (gymnax), truncating only at ``max_episode_steps``.
     """
 
     name: str
@@ -46,11 +50,26 @@ class EnvInfo:
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
     xla_step: bool = False
+    delayed_reset: bool = False
 
     @property
     def continuous(self) -> bool:
         """True for a continuous action vector."""
         return bool(self.action_shape)
+
+    def bootstrap_slots(self, rollout_length: int) -> int:
+        """``K``, the final-observation slots per column of a rollout of ``T = rollout_length`` steps
+        (:attr:`accerl_jax.types.Rollout.bootstrap_obs`): the most truncated steps rows ``0 .. T-2`` of
+        one column can hold.
+
+        0 with ``delayed_reset`` (the final observation is the next row's ``obs``). Otherwise a column
+        truncates at most once every ``max_episode_steps`` rows (the time limit is the only truncation
+        and the episode restarts in the same step), so ``K = (T - 2) // max_episode_steps + 1``: 1 for
+        every ``T <= max_episode_steps + 1``, ``T - 1`` for a limit of one step.
+        """
+        if self.delayed_reset or rollout_length < 2:
+            return 0
+        return min(rollout_length - 1, (rollout_length - 2) // max(self.max_episode_steps, 1) + 1)
 
     @property
     def action_dim(self) -> int:

@@ -101,6 +101,7 @@ class EnvpoolEnv:
             channels_first=len(shape) == 3,
             jittable=False,
             max_episode_steps=int(self._env.spec.config.max_episode_steps),
+            delayed_reset=True,
             **action,
         )
 
