@@ -14,6 +14,11 @@ finished, so a checkpoint is either whole or absent; a half-written temporary fo
 as a checkpoint. A checkpoint damaged *after* it was written (a truncated or altered file) is refused
 on restore: orbax fails to read a truncated file, and the per-leaf SHA-256 catches the rest.
 
+A multi-host run's arrays may span several processes' devices: :func:`host_leaves` gathers them before
+they are written (every process saves at the same updates; only process 0's folder is kept), so a
+checkpoint holds the same arrays as a single process's with the same global batch. On ``--resume``
+every process reads the run's checkpoint (the run folder must be on a file system all hosts share).
+
 Host environments (envpool) cannot be saved: for them only the actor's PRNG key is kept, and a resumed
 run restarts those environments (episodes in progress at the checkpoint are lost; nothing else is).
 

@@ -163,7 +163,10 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     processes' vote, :class:`accerl_jax.distributed.SetupVote`). With several processes
     (``jax.process_count() > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
     ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
-    folder (removed by the caller).
+    folder (removed by the caller); on ``--resume`` they read the checkpoint from the run's folder (which
+    must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
+    on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
+    sequential loop's holds this process's own on its first device.
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume

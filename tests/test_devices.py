@@ -9,8 +9,9 @@
 * The main job (``train()`` with the default compressor and loop, a tiny budget) on 2 and 4 devices
   equals the one-device run with the same global batch (every env keyed by its global index,
   :mod:`accerl_jax.shards`), with the envs sharded along the batch axis and one compiled chunk; and the
-  real CLI on two processes with 2 devices and ``--num-envs 4`` each trains it to the end with
-  bitwise-equal learners, only process 0 writing files.
+  real CLI on two processes with 2 devices and ``--num-envs 4`` each (the Anakin loop on global arrays)
+  trains it to the end with bitwise-equal learners, only process 0 writing files, equal to one process
+  with the same global batch; interrupted by SIGINT and resumed, it ends with the same learner bit for bit.
 """
 from __future__ import annotations
 

@@ -11,6 +11,12 @@ Environments: gymnax envs are pure functions, stepped in the program. envpool en
 (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`); the pool cannot be copied or saved, so envpool runs
 take one seed and one local device, and ``--resume`` restarts the envs (as the sequential loop does).
 
+With several processes (one mesh over all their devices) the state is a set of global arrays and every
+process dispatches the same chunks; the outputs are replicated, so every process reads all episodes. The
+next chunk is then dispatched after the driver has logged and checkpointed the last one, not before:
+the checkpoint's gathers and the driver's stop vote are collectives, which must not run beside the
+chunk's own.
+
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state. ``--compressor auto`` (one seed) takes its decisions between chunks
 (:class:`~accerl_jax.loops.anakin_auto.AutoChunks`).
