@@ -14,6 +14,11 @@ finished, so a checkpoint is either whole or absent; a half-written temporary fo
 as a checkpoint. A checkpoint damaged *after* it was written (a truncated or altered file) is refused
 on restore: orbax fails to read a truncated file, and the per-leaf SHA-256 catches the rest.
 
+A multi-host run's arrays may span several processes' devices: :func:`host_leaves` gathers them before
+they are written (every process saves at the same updates; only process 0's folder is kept), so a
+checkpoint holds the same arrays as a single process's with the same global batch. On ``--resume``
+every process reads the run's checkpoint (the run folder must be on a file system all hosts share).
+
 Host environments (envpool) cannot be saved: for them only the actor's PRNG key is kept, and a resumed
 run restarts those environments (episodes in progress at the checkpoint are lost; nothing else is).
 
@@ -40,10 +45,11 @@ from accerl_jax.config import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"  # inside the run's logdir: <logdir>/checkpoints/<update>/
 FORMAT = 1
-# Fields that control how a run is run, not what it computes: they may differ when it is resumed.
+# Fields that control how a run is run, not what it computes: they may differ when it is resumed (every
+# process of a multi-host run resumes the checkpoint process 0 wrote, with its own --process-id).
 RUN_CONTROL_FIELDS = frozenset(
     {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan",
-     "wandb", "wandb_project"}
+     "wandb", "wandb_project", "coordinator_address", "process_id"}
 )
 
 
@@ -92,6 +98,28 @@ def _manager(logdir: str, keep: Optional[int] = None, read_only: bool = False):
         read_only=read_only, **multihost
     )
     return ocp.CheckpointManager(root, options=options, item_names=("state", "meta"))
+
+
+def host_leaves(tree) -> list[np.ndarray]:
+    """The leaves of ``tree`` as whole numpy arrays, however they are placed.
+
+    A leaf of a multi-host run that spans other processes' devices (a global :class:`jax.Array`) is read
+    from this process's copy when it is replicated, and otherwise gathered from every process
+    (:func:`jax.experimental.multihost_utils.process_allgather`, a collective: every process must call
+    this with the same tree, as every process saves at the same updates). So a checkpoint's arrays are
+    the same whether one process or several wrote it.
+    """
+    out = []
+    for x in jax.tree.leaves(tree):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if x.is_fully_replicated:
+                x = x.addressable_data(0)
+            else:
+                from jax.experimental import multihost_utils
+
+                x = multihost_utils.process_allgather(x, tiled=True)
+        out.append(np.asarray(jax.device_get(x)))
+    return out
 
 
 def _leaf_key(i: int) -> str:
@@ -244,7 +272,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         start = time.perf_counter()
-        leaves = [np.asarray(x) for x in jax.device_get(jax.tree.leaves(state))]
+        leaves = host_leaves(state)
         records = _leaf_records(state)
         for record, leaf in zip(records, leaves):
             record["sha256"] = _digest(leaf)
@@ -294,12 +322,19 @@ class Checkpointer:
             raise ConfigError(f"bad --resume: {where} does not fit this run's networks and state ({detail})")
         flat, treedef = jax.tree.flatten(template)
         shapes = {_leaf_key(i): np.zeros(tuple(r["shape"]), r["dtype"]) for i, r in enumerate(records)}
+        # Another folder's checkpoint (a multi-host process other than 0 writes into its own folder but
+        # resumes from the run's) is read through a read-only manager of that folder.
+        own = os.path.realpath(point.logdir) == os.path.realpath(self.logdir)
         with _quiet_absl():
+            manager = self._manager if own else _manager(point.logdir, read_only=True)
             try:
-                items = self._manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
+                items = manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
             except Exception as err:
                 raise ConfigError(f"bad --resume: {where} is damaged ({type(err).__name__}: "
                                   f"{str(err).splitlines()[0][:200]})") from None
+            finally:
+                if not own:
+                    manager.close()
         leaves = []
         for i, (record, tmpl) in enumerate(zip(records, flat)):
             value = np.asarray(items[_leaf_key(i)])
@@ -423,5 +458,6 @@ def host_key_only(carry, jittable: bool):
 
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS",
-    "config_differences", "find_resume_point", "read_leaves", "trim_metrics", "host_key_only", "lock_run", "remove_run",
+    "config_differences", "find_resume_point", "host_leaves", "read_leaves", "trim_metrics", "host_key_only",
+    "lock_run", "remove_run",
 ]

@@ -137,8 +137,11 @@ class SetupVote:
 
     A setting only one process refuses (e.g. process 0's ``--logdir`` already holds a run) then stops every
     process with the same :class:`ConfigError` before any of them writes a file, instead of leaving the
-    others waiting in the first collective.
+    others waiting in the first collective. Each vote has its own keys (the n-th vote of a process is the
+    n-th of every process), so that the processes can train several runs one after the other.
     """
+
+    _votes = 0  # votes started by this process
 
     def __init__(self):
         import jax
@@ -147,9 +150,11 @@ class SetupVote:
         self._client = _dist.global_state.client
         self._pid, self._n = jax.process_index(), jax.process_count()
         self._voted = False
+        self._round = SetupVote._votes
+        SetupVote._votes += 1
 
     def _key(self, pid: int) -> str:
-        return f"accerl_jax/setup/{pid}"
+        return f"accerl_jax/setup/{self._round}/{pid}"
 
     def refuse(self, reason: str) -> None:
         """Publish this process's ConfigError (once; later calls are ignored)."""

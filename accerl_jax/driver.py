@@ -139,7 +139,19 @@ class Driver:
         signals are armed here); returns False when one has."""
         if completed > self.run.start_update:
             self.stop.armed = True
+        if self.run.num_processes > 1:
+            self._agree_on_stop()
         return self.stop.requested is None
+
+    def _agree_on_stop(self) -> None:
+        """Multi-host: a signal that reached any process stops every process at the same update, so that
+        none waits for the others in a collective they never enter. (A collective itself: every process
+        asks at the same points, as every process runs the same stepper.)"""
+        from jax.experimental import multihost_utils
+
+        signals = np.asarray(multihost_utils.process_allgather(np.int32(self.stop.requested or 0))).reshape(-1)
+        if self.stop.requested is None and np.any(signals):
+            self.stop.requested = int(signals[signals > 0][0])
 
     def row_due(self, update: int) -> bool:
         """Whether update ``update`` gets a Monitor row (every ``--log-every``-th and the last)."""

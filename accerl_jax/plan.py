@@ -19,7 +19,7 @@ from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
-MULTI_HOST_LOOPS = ("auto", "sequential")  # --loop values a multi-host run accepts (auto: sequential)
+MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
 SEBULBA_FLAGS = {"actor_threads": 1, "actor_batch": 0, "actor_device": "cpu", "queue_size": 2}
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 
@@ -85,20 +85,43 @@ def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) ->
         if cfg.distill_async:
             raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
                               "itself, synchronously; drop the flag")
+    if num_processes > 1 and cfg.loop not in MULTI_HOST_LOOPS:
+        raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the Anakin "
+                          "loop (gymnax envs) or the sequential loop; use --loop anakin, sequential or auto")
+    loop = choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
     if num_processes > 1:
-        if cfg.loop not in MULTI_HOST_LOOPS:
-            raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the "
-                              "sequential loop; use --loop sequential (or auto)")
-        if cfg.resume is not None:
-            raise ConfigError(f"bad --resume {cfg.resume!r} with several processes: a multi-host run cannot be "
-                              "resumed (each process's actors would need their own saved state, and only process 0 "
-                              "keeps files); start a new run")
-    return choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
+        check_multi_host(cfg, loop)
+    return loop
+
+
+def check_multi_host(cfg: Config, loop: str) -> None:
+    """Refuse what a run of several processes cannot do with ``loop``.
+
+    Raises:
+      ConfigError: the Anakin loop with an envpool env, ``--compressor auto`` or ``--num-seeds`` > 1;
+        ``--resume`` outside the Anakin loop (the sequential loop's actors and compressors keep
+        process-local state, which a checkpoint does not hold).
+    """
+    if loop == "anakin":
+        if not cfg.env.startswith("gymnax:"):
+            raise ConfigError(f"bad --loop anakin for {cfg.env} with several processes: envpool's XLA step cannot "
+                              "be partitioned over the processes' devices; use --loop sequential")
+        if cfg.compressor == "auto":
+            raise ConfigError("bad --compressor auto with --loop anakin and several processes: auto's decisions "
+                              "are taken on one host between chunks; use --loop sequential or a fixed --compressor")
+        if cfg.num_seeds > 1:
+            raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with several processes: train the seeds one "
+                              "multi-host run at a time (--num-seeds 1)")
+    elif cfg.resume is not None:
+        raise ConfigError(f"bad --resume {cfg.resume!r} with several processes and --loop {loop}: only a "
+                          "multi-host run of the Anakin loop (gymnax envs) can be resumed (the sequential loop's "
+                          "actors and compressors keep process-local state); start a new run")
 
 
 def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) -> str:
     """The loop ``cfg.loop`` names, ``auto`` resolved: ``anakin`` for gymnax envs (``sequential`` with
-    ``--distill-async``, and for several processes), ``sebulba`` for envpool.
+    ``--distill-async``; with several processes also with ``--compressor auto``), ``sebulba`` for envpool
+    (``sequential`` with several processes).
 
     Raises:
       ConfigError: a loop that cannot run what ``cfg`` asks for (``--num-seeds`` > 1 outside Anakin;
@@ -106,11 +129,11 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) 
     """
     jittable = cfg.env.startswith("gymnax:")
     loop = cfg.loop
-    if num_processes > 1:
-        loop = "sequential"
-    elif loop == "auto":
+    if loop == "auto":
         if cfg.env.startswith("envpool:"):
-            loop = "sebulba"
+            loop = "sebulba" if num_processes == 1 else "sequential"
+        elif num_processes > 1 and cfg.compressor == "auto":
+            loop = "sequential"  # auto's decisions are taken on one host
         elif cfg.distill_async and cfg.num_seeds == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
         else:
@@ -238,6 +261,8 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
     if (cfg.loop == "auto" and loop == "anakin" and cfg.num_seeds == 1 and spec.family == "cnn"
             and (backend or jax.default_backend()) == "cpu"):
         loop = "sequential"
+        if n_proc > 1:
+            check_multi_host(cfg, loop)
     return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
                 num_processes=n_proc, process_id=pid, local_devices=n_dev, steps_per_update=steps_per_update,
                 num_updates=num_updates)

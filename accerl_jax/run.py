@@ -15,6 +15,7 @@ import uuid
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 from accerl_jax import checkpoint
 from accerl_jax import plan as plan_lib
@@ -128,6 +129,7 @@ class Run:
     learner_logits: Callable
     actor_logits: Callable
     divergence: Callable
+    mesh: Any  # the learner's 1-D mesh: all devices of all processes (jax.sharding.Mesh)
     saver: checkpoint.Checkpointer
     lock: Any
     monitor: Monitor
@@ -161,7 +163,10 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     processes' vote, :class:`accerl_jax.distributed.SetupVote`). With several processes
     (``jax.process_count() > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
     ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
-    folder (removed by the caller).
+    folder (removed by the caller); on ``--resume`` they read the checkpoint from the run's folder (which
+    must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
+    on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
+    sequential loop's holds this process's own on its first device.
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
@@ -172,8 +177,10 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     config_json = dataclasses.asdict(cfg)
     resume_point = None
     if cfg.resume is not None:
+        # Every process reads the checkpoint (a multi-host run needs the run folder on a shared file
+        # system); only process 0 continues the run in that folder.
         resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json)
-        logdir = resume_point.logdir
+        logdir = resume_point.logdir if pid == 0 else None
     elif pid == 0:
         logdir = cfg.logdir or default_logdir(cfg)
         check_logdir(logdir, cfg.overwrite)  # fail fast, before building environments
@@ -224,17 +231,23 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
     update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
                                      learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
-    if n_proc > 1:  # the loop keeps process-local state; the update assembles the global batch
+    # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
+    # sequential loop keeps process-local state and its update assembles the global batch.
+    global_state = n_proc == 1 or plan.loop == "anakin"
+    if n_proc > 1:
         state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
-        update = make_global_update(update, mesh)
+        if not global_state:
+            update = make_global_update(update, mesh)
     else:
         state = learner_lib.init_state(params, optimizer, mesh)
     actor_apply = compressor.actor_apply(learner_apply)
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
-        # number of devices and processes. One process places the groups over its devices.
+        # number of devices and processes. A global state places all groups over the mesh; the sequential
+        # loop of several processes steps this process's own groups on its first device.
+        groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
         actor = make_actor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length, family=spec.family,
-                           groups=env_group_ids(mesh, info.num_envs), mesh=mesh if n_proc == 1 else None)
+                           groups=groups, mesh=mesh if global_state else None)
     else:
         actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
         if n_proc > 1:  # host envs: each process samples its actions with its own key
@@ -257,6 +270,8 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
             template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
                                     template)
+        if n_proc > 1:  # read as host (numpy) arrays; the loop places them on the global mesh
+            template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
         lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
@@ -264,13 +279,14 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         saver.close()
         raise
     if resume_point is not None:
-        checkpoint.trim_metrics(logdir, extra["completed"])
+        if pid == 0:
+            checkpoint.trim_metrics(logdir, extra["completed"])
         wall_start -= extra["wall_time_s"]
     wandb = None
     if (cfg.wandb or cfg.wandb_project) and pid == 0:
         wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
-                      append=resume_point is not None, wandb=wandb)
+                      append=resume_point is not None and pid == 0, wandb=wandb)
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
@@ -278,7 +294,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         learner_apply=learner_apply, loss_apply=loss_apply, compressor=compressor, actor_apply=actor_apply,
         actor=actor, optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp,
         k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
-        saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
+        mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )
 
 

@@ -10,8 +10,8 @@ batch the same however the devices are spread over processes, and whatever their
   env ``g``'s rollout depends only on ``g``: one device stepping all ``B`` envs, ``D`` devices stepping
   ``B/D`` each (the carry sharded along the batch axis, the rollout under ``shard_map``), or ``P``
   processes stepping their own columns, all produce the same rollouts.
-* :func:`make_global_update` -- with several processes, each contributes its local rollout as its
-  shard of the global batch (:func:`jax.make_array_from_process_local_data`) and the update runs over the
+* :func:`make_global_update` -- with several processes and the sequential loop, each contributes its
+  local rollout as its shard of the global batch (:func:`jax.make_array_from_process_local_data`) and the update runs over the
   global mesh (its collectives cross processes); parameters stay replicated. The assembly of global
   arrays runs on the host, *around* the jitted update (:meth:`GlobalUpdate.host_wrap`), never inside a
   traced function; callers take and return process-local learner state, so the rest of the loop
@@ -19,9 +19,11 @@ batch the same however the devices are spread over processes, and whatever their
 
 Hence, for a given actor policy, a run of P processes with ``L`` devices and ``--num-envs b`` each
 collects the same rollouts as a single-process run with ``--num-envs P * b`` on any number of devices
-dividing it, and its updates equal that run's to float tolerance of the cross-device sums. (A compressor
-that learns from observations, distillation, trains on each process's own observations, so there the
-actor policies, and hence the runs, differ.)
+dividing it, and its updates equal that run's to float tolerance of the cross-device sums. In the
+sequential loop a compressor that learns from observations (distillation) trains on each process's own
+observations, so there the actor policies, and hence the runs, differ; the Anakin loop runs on global
+arrays instead (:mod:`accerl_jax.loops.anakin_program`), its compressor on the global observations, so
+there they do not.
 """
 from __future__ import annotations
 

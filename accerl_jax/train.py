@@ -48,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): "
               f"{summary['logdir']}; plot with: python -m accerl_jax.plot {summary['logdir']}")
     if summary["stopped"] == "interrupted":
-        print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
-              f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume {summary['logdir']}", file=sys.stderr)
+        if summary["logdir"] is None:  # multi-host: process 0 saved the run's checkpoint
+            print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: process 0 saved the "
+                  "checkpoint; continue with the same flags plus --resume <process 0's run folder>", file=sys.stderr)
+        else:
+            print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
+                  f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume "
+                  f"{summary['logdir']}", file=sys.stderr)
         return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":
         kept = summary["last_checkpoint"] or "none saved yet"

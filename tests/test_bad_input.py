@@ -213,16 +213,20 @@ CASES = [
     ("multihost-incomplete", lambda t: _over(t) + ["--num-processes", "2"], None,
      ["bad multi-host settings: --num-processes 2 given without --coordinator-address", "--process-id",
       "give all three"], ""),
-    ("multihost-resume", lambda t: _resume()(t) + _hosts("127.0.0.1:1234", 2, 0), None,
-     ["bad --resume", "with several processes", "cannot be resumed"], ""),
+    ("multihost-resume-sequential", lambda t: _resume()(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "sequential"],
+     None, ["bad --resume", "with several processes and --loop sequential", "only a multi-host run of the Anakin loop"],
+     ""),
+    ("multihost-anakin-auto", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "anakin", "--compressor",
+                                                                                      "auto"], None,
+     ["bad --compressor auto with --loop anakin and several processes", "--loop sequential"], ""),
     # The Anakin loop steps envpool through its XLA interface: one pool, one seed, 32-bit arrays.
     ("anakin-envpool-num-seeds", lambda t: _over(t) + ["--env", "envpool:CartPole-v1", "--loop", "anakin",
                                                        "--num-seeds", "2"], None,
      ["bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1", "vmap cannot copy", "--num-seeds 1"], SUB),
     ("anakin-envpool-64-bit", lambda t: _over(t) + ["--env", "envpool:HalfCheetah-v4", "--loop", "anakin"], None,
      ["bad --loop anakin for envpool:HalfCheetah-v4", "64-bit arrays", "--loop sebulba"], ""),
-    ("multihost-other-loop", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "anakin"], None,
-     ["bad --loop 'anakin' with several processes", "--loop sequential"], ""),
+    ("multihost-other-loop", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "sebulba"], None,
+     ["bad --loop 'sebulba' with several processes", "--loop anakin, sequential or auto"], ""),
 ]
 
 

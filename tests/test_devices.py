@@ -9,8 +9,9 @@
 * The main job (``train()`` with the default compressor and loop, a tiny budget) on 2 and 4 devices
   equals the one-device run with the same global batch (every env keyed by its global index,
   :mod:`accerl_jax.shards`), with the envs sharded along the batch axis and one compiled chunk; and the
-  real CLI on two processes with 2 devices and ``--num-envs 4`` each trains it to the end with
-  bitwise-equal learners, only process 0 writing files.
+  real CLI on two processes with 2 devices and ``--num-envs 4`` each (the Anakin loop on global arrays)
+  trains it to the end with bitwise-equal learners, only process 0 writing files, equal to one process
+  with the same global batch; interrupted by SIGINT and resumed, it ends with the same learner bit for bit.
 """
 from __future__ import annotations
 
@@ -358,37 +359,127 @@ def test_main_job_on_n_devices_equals_one_device(tmp_path, main_job_one_device, 
     assert layout["compiled"] == 1 and layout["update"] == 2
 
 
-def test_two_processes_cli_train_the_main_job_to_the_end(tmp_path):
-    """The README's multi-host command for the main job: two processes on 127.0.0.1, 2 devices and
-    ``--num-envs 4`` each (global batch 8), to the end of the budget. Both end with bitwise-equal learners
-    and only process 0 writes. (Not compared with one device: each process distills its own student on
-    its own observations, so the actors, and hence the rollouts, differ from a single process's.)"""
-    port = _free_port()
-    logdir = tmp_path / "run"
-    (tmp_path / "out").mkdir()
+def _cli_args(**overrides) -> list[str]:
+    """The CLI flags of the main job with the tiny :data:`MAIN` budget (and ``overrides``)."""
     args = []
-    for k, v in dict(MAIN, num_envs=4).items():
+    for k, v in dict(MAIN, **overrides).items():
         args += [f"--no-{k}"] if v is False else [f"--{k.replace('_', '-')}", str(v)]
-    cmds, envs = [], []
-    for pid in range(2):
-        envs.append(dict(device_env(2), TMPDIR=str(tmp_path)))  # process 1's temporary folder lands here
-        cmds.append([sys.executable, "-m", "accerl_jax.train", *args, "--logdir", str(logdir),
-                     "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])
-    outs = _launch(cmds, envs, tmp_path / "out")
+    return args
+
+
+def _two_process_cmds(tmp_path, port: int, command) -> tuple[list, list]:
+    """``command(pid)`` for both processes, with 2 devices each; process 1's temporary folder in ``tmp_path``."""
+    envs = [dict(device_env(2), TMPDIR=str(tmp_path)) for _ in range(2)]
+    return [command(pid) for pid in range(2)], envs
+
+
+def _digests(outs: list[str]) -> list[str]:
+    """The last learner parameters digest each process printed."""
     digests = []
     for pid, stdout in enumerate(outs):
         line = [ln for ln in stdout.splitlines() if ln.startswith(f"process {pid} of 2: learner parameters digest ")]
         assert line, stdout[-2000:]
-        digests.append(line[0].split()[-1])
+        digests.append(line[-1].split()[-1])
+    return digests
+
+
+def _checkpoint_params(logdir, step: int) -> list:
+    """The learner parameters saved in checkpoint ``step`` of the run in ``logdir``, in leaf order."""
+    from accerl_jax import checkpoint
+
+    leaves = checkpoint.read_leaves(str(logdir), step)
+    return [v.tolist() for path, v in leaves.items() if path.startswith(".learner.params")]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """The README's multi-host command for the main job: two processes on 127.0.0.1, 2 devices and
+    ``--num-envs 4`` each (global batch 8, the Anakin loop), to the end of the budget."""
+    tmp_path = tmp_path_factory.mktemp("two")
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds, envs = _two_process_cmds(tmp_path, port, lambda pid: [
+        sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--logdir", str(logdir),
+        "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])
+    outs = _launch(cmds, envs, tmp_path / "out")
+    return tmp_path, logdir, outs
+
+
+def test_two_processes_cli_train_the_main_job_to_the_end(two_process_run, main_job_one_device):
+    """Both processes end with bitwise-equal learners, only process 0 writes, and the learner equals, to
+    float tolerance, one process's with the same global batch (the Anakin program runs on global arrays:
+    the same rollouts, and the default compressor distills on the global observations)."""
+    tmp_path, logdir, outs = two_process_run
+    digests = _digests(outs)
     assert digests[0] == digests[1]  # bitwise-equal learner parameters on both processes
     summary = json.loads((logdir / "summary.json").read_text())
     assert summary["num_processes"] == 2 and summary["process_id"] == 0 and summary["learner_devices"] == 4
     assert summary["learner_batch"] == 8 and summary["total_env_steps"] == 6 * 8 * 8 and summary["updates"] == 6
-    assert summary["compressor"] == "distill:small" and summary["stopped"] is None
+    assert summary["compressor"] == "distill:small" and summary["stopped"] is None and summary["loop"] == "anakin"
     assert summary["learner_params_digest"] == digests[0]
     assert "outputs: written by process 0 only" in outs[1]
     assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind
-    assert os.path.isdir(logdir / "checkpoints" / "6")  # the final update's checkpoint
+    _, one, want = main_job_one_device
+    assert summary["final_return_mean"] == one["final_return_mean"]  # the same episodes, all seen by process 0
+    for a, b in zip(want, _checkpoint_params(logdir, 6), strict=True):  # the final update's checkpoint
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+
+
+def _interrupted_cli(pid: int, port: int, logdir: str) -> None:
+    """One of two processes: the CLI of the main job sends itself SIGINT while the chunk of updates 3-4
+    runs (every process at the same update, as a signal to the whole job would), then the CLI resumes the
+    run with ``--resume``. Prints the two exit codes."""
+    import signal
+
+    from accerl_jax import distributed, train
+    from accerl_jax.config import Config
+
+    distributed.join(Config(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid))
+    from accerl_jax.loops import anakin  # touches JAX devices: after joining
+
+    real, done = anakin.make_chunk, {"n": 0}
+
+    def make_chunk(run):
+        chunk = real(run)
+
+        def wrapped(state, length):
+            done["n"] += length
+            if done["n"] == 4 and run.start_update == 0:
+                os.kill(os.getpid(), signal.SIGINT)
+            return chunk(state, length)
+
+        return wrapped
+
+    anakin.make_chunk = make_chunk
+    argv = [*_cli_args(num_envs=4, checkpoint_every=2), "--logdir", logdir, "--coordinator-address",
+            f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)]
+    codes = [train.main(argv)]
+    codes.append(train.main(argv + ["--resume", logdir]))
+    print("RESULT " + json.dumps({"codes": codes}))
+
+
+def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_path, two_process_run):
+    """Two processes (2 devices each, the Anakin loop) checkpoint every 2 updates, are interrupted by
+    SIGINT during updates 3-4, save update 4 and exit 130; resumed with ``--resume`` (every process reads
+    the run's checkpoint, process 0 continues its folder), they end with the uninterrupted run's learner,
+    bit for bit."""
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds, envs = _two_process_cmds(tmp_path, port, lambda pid: [
+        sys.executable, "-c", f"import test_devices as t; t._interrupted_cli({pid}, {port}, {str(logdir)!r})"])
+    outs = _launch(cmds, envs, tmp_path / "out")
+    assert [_result(o)["codes"] for o in outs] == [[130, 0], [130, 0]]
+    digests = _digests(outs)
+    assert digests[0] == digests[1] == _digests(two_process_run[2])[0]
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["resumed_from_update"] == 4 and summary["updates"] == 6 and summary["stopped"] is None
+    assert sorted(os.listdir(logdir / "checkpoints")) == ["2", "4", "6"]
+    _, uninterrupted, _ = two_process_run
+    for a, b in zip(_checkpoint_params(uninterrupted, 6), _checkpoint_params(logdir, 6), strict=True):
+        np.testing.assert_array_equal(b, a)
+    assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind
 
 
 def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):

@@ -11,6 +11,12 @@ Environments: gymnax envs are pure functions, stepped in the program. envpool en
 (:class:`accerl_jax.envs.envpool_env.EnvpoolXlaEnv`); the pool cannot be copied or saved, so envpool runs
 take one seed and one local device, and ``--resume`` restarts the envs (as the sequential loop does).
 
+With several processes (one mesh over all their devices) the state is a set of global arrays and every
+process dispatches the same chunks; the outputs are replicated, so every process reads all episodes. The
+next chunk is then dispatched after the driver has logged and checkpointed the last one, not before:
+the checkpoint's gathers and the driver's stop vote are collectives, which must not run beside the
+chunk's own.
+
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state. ``--compressor auto`` (one seed) takes its decisions between chunks
 (:class:`~accerl_jax.loops.anakin_auto.AutoChunks`).
@@ -29,8 +35,8 @@ from accerl_jax.actor import AnakinActor
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
-from accerl_jax.loops.anakin_program import (AnakinState, UpdateOutput, _seed, initial_state, make_chunk,
-                                             restored_state, state_sharding)
+from accerl_jax.loops.anakin_program import (AnakinState, UpdateOutput, _seed, initial_state, local_view,
+                                             make_chunk, place_state, restored_state)
 from accerl_jax.run import Run
 
 
@@ -65,6 +71,10 @@ class AnakinStepper:
         self.state = self.chunk_end = None
         self.lag_versions = float("nan")  # of the last update, seed 0
         self.skipped = np.asarray(run.extra.get("skipped_updates", 0))
+        # Several processes: the next chunk is dispatched only after the driver has logged and saved this
+        # one, because the checkpoint's gathers and the stop vote are collectives of their own, and two
+        # programs' collectives in flight at once may interleave differently on two processes.
+        self.pipelined = run.num_processes == 1
 
     def _boundary(self, after: int) -> int:
         cfg = self.run.cfg
@@ -90,15 +100,15 @@ class AnakinStepper:
             state = states[0] if seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         else:
             state = restored_state(run, self.skipped.tolist())
-        self.state = jax.device_put(state, state_sharding())
+        self.state = place_state(run, state)
         completed = run.start_update
         pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
         while pending is not None:
             end, new_state, out, chunk_end = pending
             pending = hard_stop = None
             start = time.perf_counter()
-            out, chunk_end, bad_update, bad_quantity, skipped = jax.device_get(
-                (out, chunk_end, new_state.bad_update, new_state.bad_quantity, new_state.skipped))  # waits
+            out, chunk_end, bad_update, bad_quantity, skipped = jax.device_get(local_view(
+                (out, chunk_end, new_state.bad_update, new_state.bad_quantity, new_state.skipped)))  # waits
             self.fused_wait += time.perf_counter() - start
             self.skipped = np.asarray(skipped)
             bad_seeds = np.asarray(bad_update).reshape(-1)
@@ -107,7 +117,7 @@ class AnakinStepper:
             outs = [_seed(out, k, seeds) for k in range(seeds)]
             metrics = [{name: v[last - 1] for name, v in o.metrics.items()} for o in outs]
             self.lag_versions = float(metrics[0].get("policy_lag_versions", np.nan))
-            if not bad_update and driver.keep_going(end) and end < run.num_updates:
+            if self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
                 # Pipelined: the next chunk is dispatched before the driver logs and checkpoints this one
                 # (a diverged state is never continued).
                 try:
@@ -124,6 +134,8 @@ class AnakinStepper:
                        refreshed=bool(np.any(out.refreshed[..., :last])))
             if hard_stop is not None:
                 raise hard_stop
+            if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
+                pending = self._dispatch(new_state, end)
 
     def row(self, update: int) -> list:
         return [dict(time_fused_wait_s=self.fused_wait, **_seed(self.chunk_end, k, self.seeds).divergence)
@@ -141,8 +153,9 @@ class AnakinStepper:
         out = []
         for k in range(self.seeds):
             s = _seed(self.state, k, self.seeds)
-            obs = s.obs.reshape((cfg.rollout_length, info.num_envs) + tuple(info.obs_shape))
-            out.append(Final(s.learner, s.actor_params[-1], obs))
+            learner, actor_params, obs = local_view((s.learner, s.actor_params[-1], s.obs))
+            obs = obs.reshape((cfg.rollout_length, info.num_envs * self.run.num_processes) + tuple(info.obs_shape))
+            out.append(Final(learner, actor_params, obs))
         return out
 
     def fields(self) -> dict:
