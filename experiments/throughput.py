@@ -168,7 +168,7 @@ def measure_programs(compressor: str, args, chunk: int = 10, rounds: int = 8) ->
 
     from accerl_jax import run as run_lib
     from accerl_jax.config import Config
-    from accerl_jax.loops import anakin
+    from accerl_jax.loops import anakin, anakin_state
 
     bare, bare_state, _ = make_bare(compressor, args)
     n = jnp.zeros((chunk,))
@@ -176,7 +176,7 @@ def measure_programs(compressor: str, args, chunk: int = 10, rounds: int = 8) ->
                  logdir=tempfile.mkdtemp(prefix="throughput-program-"))
     run = run_lib.setup(cfg, [])
     fn = anakin.make_chunk(run)
-    state = jax.device_put(anakin.initial_state(run, cfg.seed), anakin.state_sharding())
+    state = anakin_state.place_state(run, anakin_state.initial_state(run, cfg.seed))
     for _ in range(2):
         bare_state = jax.block_until_ready(bare(bare_state, n))
         state = jax.block_until_ready(fn(state, chunk)[0])

@@ -35,8 +35,8 @@ from accerl_jax.actor import AnakinActor
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
-from accerl_jax.loops.anakin_program import (AnakinState, UpdateOutput, _seed, initial_state, local_view,
-                                             make_chunk, place_state, restored_state)
+from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
+from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
 from accerl_jax.run import Run
 
 

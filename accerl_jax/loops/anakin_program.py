@@ -19,12 +19,11 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import learner as learner_lib
-from accerl_jax import networks, xla
+from accerl_jax import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax import guard as guard_lib
 from accerl_jax.guard import FINITE
-from accerl_jax.monitor import Monitor
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions
+from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run
 
 
 class AnakinState(NamedTuple):
@@ -116,7 +115,7 @@ def state_sharding(run: Run | None = None):
     sharded along its env-group axis (the leading axis, after the seed axis of ``--num-seeds`` > 1), so
     each device steps its own environments; the rest (learner, compressed parameters, counters, the last
     rollout's observations) replicated. For an envpool actor (one device), all replicated. With several
-    processes these are global arrays (:func:`place_state`).
+    processes these are global arrays (:func:`accerl_jax.loops.anakin_state.place_state`).
     """
     mesh = learner_lib.make_mesh() if run is None else run.mesh
     replicated = NamedSharding(mesh, P())
@@ -198,97 +197,6 @@ def make_chunk(run: Run, clipping: Callable | None = None):
 
     call.jitted = jitted
     return call
-
-
-def initial_state(run: Run, seed: int) -> AnakinState:
-    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it.
-
-    With several processes it is built by one jitted program over the global mesh (every process runs
-    it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says."""
-    if run.num_processes > 1:
-        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run))()
-    return _initial_state(run, seed)
-
-
-def _initial_state(run: Run, seed: int) -> AnakinState:
-    cfg = run.cfg
-    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(seed), 3)
-    params = networks.init_params(run.spec, k_net)
-    carry = run.actor.reset(k_actor)
-    actor_params, comp_state = run.compressor.init(params, k_comp, carry.obs)  # first obs calibrate int8
-    lag = cfg.policy_lag + 1
-    batch = run.info.num_envs * run.num_processes  # the global batch
-    obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
-    zero = jnp.zeros((), jnp.int32)
-    return AnakinState(learner_lib.init_state(params, run.optimizer, run.mesh), (actor_params,) * lag,
-                       jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
-                       jnp.full((), FINITE, jnp.int32))
-
-
-def restored_state(run: Run, skipped) -> AnakinState:
-    """The state of a ``--resume`` checkpoint: its (trimmed) lagged parameter sets padded to
-    ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
-    cfg, completed = run.cfg, run.start_update
-    learner, lagged, comp_state, carry = run.restored
-    if not run.info.jittable:  # host (envpool) envs cannot be saved: they restart, the actor's key continues
-        carry = run.actor.reset(run.k_actor)._replace(key=carry)
-    lag = cfg.policy_lag + 1
-    lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
-    versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
-    seeds = cfg.num_seeds
-    batch = run.info.num_envs * run.num_processes  # the global batch
-    obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
-
-    def per_seed(x):
-        return jnp.broadcast_to(x, (seeds,) + x.shape) if seeds > 1 else x
-
-    return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
-                       per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
-                       per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
-
-
-def place_state(run: Run, state: AnakinState) -> AnakinState:
-    """``state`` placed where the loop starts from. One process: replicated on its devices
-    (:func:`state_sharding` ``()``; the first chunk moves the carry to the run's own sharding). Several
-    processes: global arrays as :func:`state_sharding` ``(run)`` says; a leaf that is not yet global
-    (a restored checkpoint's, the same on every process) is cut into each device's slice
-    (:func:`jax.make_array_from_callback`)."""
-    if run.num_processes == 1:
-        return jax.device_put(state, state_sharding())
-
-    def place(sharding, x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return x
-        x = np.asarray(x)
-        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-
-    return jax.tree.map(lambda s, sub: jax.tree.map(lambda x: place(s, x), sub), state_sharding(run), state,
-                        is_leaf=lambda x: isinstance(x, NamedSharding))
-
-
-def local_view(tree):
-    """``tree`` with each global replicated array (a multi-host run's) replaced by this process's copy,
-    for host code that runs on one process only (measurements, the summary); other leaves unchanged."""
-    def local(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            if not x.is_fully_replicated:
-                raise ValueError(f"a {x.shape} array sharded over several processes has no local copy")
-            return x.addressable_data(0)
-        return x
-
-    return jax.tree.map(local, tree)
-
-
-def record_chunk(monitor: Monitor, out: UpdateOutput, updates: int, steps_per_update: int) -> None:
-    """Hand ``monitor`` the episodes that ended in the first ``updates`` updates of one seed's chunk
-    output (``[C, T, B]`` arrays, flattened to ``[updates * T, B]`` in time order: one call, not one per
-    update); ``steps_per_update`` agent steps count per update."""
-    def flat(x):
-        x = np.asarray(x)[:updates]
-        return x.reshape((-1,) + x.shape[2:])
-
-    monitor.record_episodes(flat(out.episode_return), flat(out.finished), updates * steps_per_update,
-                            episode_length=flat(out.episode_length))
 
 
 def _seed(tree, k: int, seeds: int):
