@@ -98,17 +98,17 @@ def check_multi_host(cfg: Config, loop: str) -> None:
     """Refuse what a run of several processes cannot do with ``loop``.
 
     Raises:
-      ConfigError: the Anakin loop with an envpool env, ``--compressor auto`` or ``--num-seeds`` > 1;
-        ``--resume`` outside the Anakin loop (the sequential loop's actors and compressors keep
-        process-local state, which a checkpoint does not hold).
+      ConfigError: ``--compressor auto`` (each process would take its own decisions from its own
+        rollouts); the Anakin loop with an envpool env or ``--num-seeds`` > 1; ``--resume`` outside the
+        Anakin loop (the sequential loop's actors keep process-local state, which a checkpoint does not hold).
     """
+    if cfg.compressor == "auto":
+        raise ConfigError("bad --compressor auto with several processes: each process would take its own "
+                          "compression decisions from its own rollouts; use a fixed --compressor")
     if loop == "anakin":
         if not cfg.env.startswith("gymnax:"):
             raise ConfigError(f"bad --loop anakin for {cfg.env} with several processes: envpool's XLA step cannot "
                               "be partitioned over the processes' devices; use --loop sequential")
-        if cfg.compressor == "auto":
-            raise ConfigError("bad --compressor auto with --loop anakin and several processes: auto's decisions "
-                              "are taken on one host between chunks; use --loop sequential or a fixed --compressor")
         if cfg.num_seeds > 1:
             raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with several processes: train the seeds one "
                               "multi-host run at a time (--num-seeds 1)")
@@ -120,7 +120,7 @@ def check_multi_host(cfg: Config, loop: str) -> None:
 
 def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) -> str:
     """The loop ``cfg.loop`` names, ``auto`` resolved: ``anakin`` for gymnax envs (``sequential`` with
-    ``--distill-async``; with several processes also with ``--compressor auto``), ``sebulba`` for envpool
+    ``--distill-async``), ``sebulba`` for envpool
     (``sequential`` with several processes).
 
     Raises:
@@ -132,8 +132,6 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) 
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
             loop = "sebulba" if num_processes == 1 else "sequential"
-        elif num_processes > 1 and cfg.compressor == "auto":
-            loop = "sequential"  # auto's decisions are taken on one host
         elif cfg.distill_async and cfg.num_seeds == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
         else:

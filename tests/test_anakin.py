@@ -42,12 +42,13 @@ def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
 
 def test_auto_loop_on_several_processes():
     """Several processes: the Anakin loop on global arrays for gymnax; the sequential loop where the Anakin
-    program cannot span processes (envpool) or its decisions are taken on one host (--compressor auto)."""
+    program cannot span processes (envpool); --compressor auto is refused (each process would decide alone)."""
     from accerl_jax.plan import check_config
 
     assert choose_loop(Config(env="gymnax:CartPole-v1"), num_processes=2) == "anakin"
     assert choose_loop(Config(env="envpool:CartPole-v1"), num_processes=2) == "sequential"
-    assert choose_loop(Config(env="gymnax:CartPole-v1", compressor="auto"), num_processes=2) == "sequential"
+    with pytest.raises(ConfigError, match="bad --compressor auto with several processes"):
+        check_config(Config(env="gymnax:CartPole-v1", compressor="auto"), num_processes=2)
     with pytest.raises(ConfigError, match="bad --num-seeds 2 with several processes"):
         check_config(Config(env="gymnax:CartPole-v1", num_seeds=2), num_processes=2)
 

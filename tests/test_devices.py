@@ -296,13 +296,13 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
     import jax.numpy as jnp
 
     from accerl_jax.config import Config
-    from accerl_jax.loops import anakin_program
+    from accerl_jax.loops import anakin_program, anakin_state
     from accerl_jax.run import setup
 
     run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN), [])
     try:
         chunk = anakin_program.make_chunk(run)
-        states = [anakin_program.initial_state(run, MAIN_SEED + k) for k in range(num_seeds)]
+        states = [anakin_state.initial_state(run, MAIN_SEED + k) for k in range(num_seeds)]
         state = states[0] if num_seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         state = jax.device_put(state, anakin_program.state_sharding())
         for _ in range(2):
@@ -480,6 +480,33 @@ def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_p
     for a, b in zip(_checkpoint_params(uninterrupted, 6), _checkpoint_params(logdir, 6), strict=True):
         np.testing.assert_array_equal(b, a)
     assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind
+
+
+def test_two_processes_sequential_loop_equals_one_process(tmp_path):
+    """The sequential loop on two processes (one device and ``--num-envs 4`` each) equals one process with
+    ``--num-envs 8``: the same rollouts (every env keyed by its global index), the same learner, and the
+    same distilled student, because every process distils on the observations of the whole global batch."""
+    from accerl_jax import checkpoint
+
+    one_dir = tmp_path / "one"
+    _main_job(str(one_dir), loop="sequential")
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    envs = [dict(device_env(1), TMPDIR=str(tmp_path)) for _ in range(2)]
+    cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", "sequential",
+             "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+             "--process-id", str(pid)] for pid in range(2)]
+    outs = _launch(cmds, envs, tmp_path / "out")
+    digests = _digests(outs)
+    assert digests[0] == digests[1]
+    got, want = checkpoint.read_leaves(str(logdir), 6), checkpoint.read_leaves(str(one_dir), 6)
+    compared = 0
+    for path, x in got.items():  # (the env carry is process-local in this loop: not compared)
+        if path.startswith((".learner.params", ".actor_params", ".compressor")) and np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, want[path], rtol=RTOL, atol=ATOL, err_msg=path)
+            compared += path.startswith(".actor_params")
+    assert compared > 0  # the student's parameters were compared
 
 
 def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):

@@ -11,6 +11,7 @@ import collections
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax import checkpoint
@@ -55,7 +56,7 @@ class SequentialStepper:
                                      checkpoint.host_key_only(self.carry, self.run.info.jittable))
 
     def steps(self, driver):
-        run, cfg, info, monitor = self.run, self.run.cfg, self.run.info, self.run.monitor
+        run, cfg, monitor = self.run, self.run.cfg, self.run.monitor
         auto = run.plan.auto
         self.state, lagged, self.comp_state, self.carry = self._start()
         self.actor_params = lagged[-1]
@@ -80,7 +81,7 @@ class SequentialStepper:
                 self.state, metrics, bad = self.guard(self.state, rollout, it)  # bad: --on-nan stop's quantity
                 jax.block_until_ready(self.state)
             metrics["policy_lag_versions"] = self.lag
-            obs_flat = rollout.obs.reshape((-1,) + info.obs_shape)
+            obs_flat = self._global_obs(rollout.obs)
             previous = self.actor_params
             if it % cfg.compress_every == 0:
                 with monitor.time("compress"):
@@ -108,6 +109,16 @@ class SequentialStepper:
             episodes = Episodes(np.asarray(rollout.episode_return), finished, np.asarray(rollout.episode_length))
             yield Step(it, 1, [metrics], [episodes], None if bad is not None else self._snapshot(),
                        Bad(bad, it, 0) if bad is not None else None)
+
+    def _global_obs(self, obs) -> jax.Array:
+        """``obs [T, b, ...]`` flattened to ``[T * B, ...]``; with several processes first gathered into
+        the global batch's ``B`` columns (process order), so that every process compresses (distils) on
+        the same observations and their actors stay identical."""
+        if self.run.num_processes > 1:
+            from jax.experimental import multihost_utils
+
+            obs = np.concatenate(list(multihost_utils.process_allgather(obs)), axis=1)
+        return jnp.reshape(obs, (-1,) + tuple(self.run.info.obs_shape))
 
     def row(self, update: int) -> list:
         run, info = self.run, self.run.info
