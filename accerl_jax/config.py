@@ -155,8 +155,9 @@ class Config:
     coordinator listens (e.g. host0:1234); the same on every process. Default: the environment variable
     JAX_COORDINATOR_ADDRESS; unset (and no --num-processes) = a single process. With it, --num-envs counts
     the environments of *this* process (the learner batch is num-processes x num-envs), --total-steps
-    counts all processes' steps, and only process 0 writes logs, checkpoints and the summary
-    (--loop sequential, no --resume)."""
+    counts all processes' steps, and only process 0 writes logs, checkpoints and the summary. Every
+    process takes the same flags (only --process-id differs). Loops: anakin (gymnax; --resume works) or
+    sequential."""
     num_processes: Optional[int] = None
     """Multi-host: how many processes take part (one per host); default: JAX_NUM_PROCESSES."""
     process_id: Optional[int] = None

@@ -11,6 +11,7 @@ No home-made RPC (docs/DESIGN.md, "Scale").
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 from typing import Mapping, Optional
@@ -20,6 +21,10 @@ from accerl_jax.config import Config, ConfigError, flag
 ENV_VARS = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
             "process_id": "JAX_PROCESS_ID"}
 MAX_PROCESSES = 65536
+# Flags that may differ between the processes of one run.
+# (Only process 0 writes, reads its own --logdir/--resume path and reports to W&B.)
+PER_PROCESS = frozenset({"process_id", "progress", "coordinator_address", "logdir", "resume", "wandb",
+                         "wandb_project"})
 VOTE_TIMEOUT_S = 300  # how long a process waits for the others to finish checking their settings
 
 
@@ -124,6 +129,8 @@ def initialize(cluster: Cluster) -> None:
                               f"{cluster.num_processes}")
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    print(f"process {cluster.process_id} of {cluster.num_processes}: joining the multi-host run at "
+          f"{cluster.coordinator_address} (waits for every process to start)", flush=True)
     try:
         jax.distributed.initialize(cluster.coordinator_address, cluster.num_processes, cluster.process_id)
     except Exception as err:  # jax raises RuntimeError, ValueError or its own XlaRuntimeError
@@ -137,19 +144,22 @@ class SetupVote:
 
     A setting only one process refuses (e.g. process 0's ``--logdir`` already holds a run) then stops every
     process with the same :class:`ConfigError` before any of them writes a file, instead of leaving the
-    others waiting in the first collective. Each vote has its own keys (the n-th vote of a process is the
-    n-th of every process), so that the processes can train several runs one after the other.
+    others waiting in the first collective. So do flags that differ between the processes (other than
+    :data:`PER_PROCESS`): the processes would run different programs and fail inside a collective. Each
+    vote has its own keys (the n-th vote of a process is the n-th of every process), so that the
+    processes can train several runs one after the other.
     """
 
     _votes = 0  # votes started by this process
 
-    def __init__(self):
+    def __init__(self, cfg: Config):
         import jax
         from jax._src import distributed as _dist  # the coordinator's key-value store (as multihost_utils uses)
 
         self._client = _dist.global_state.client
         self._pid, self._n = jax.process_index(), jax.process_count()
         self._voted = False
+        self._flags = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_PROCESS}
         self._round = SetupVote._votes
         SetupVote._votes += 1
 
@@ -170,8 +180,16 @@ class SetupVote:
         """
         if not self._voted:
             self._voted = True
-            self._client.key_value_set(self._key(self._pid), "ok")
-        for pid in range(self._n):
-            vote = self._client.blocking_key_value_get(self._key(pid), VOTE_TIMEOUT_S * 1000)
+            self._client.key_value_set(self._key(self._pid), "ok:" + json.dumps(self._flags, sort_keys=True))
+        votes = [self._client.blocking_key_value_get(self._key(pid), VOTE_TIMEOUT_S * 1000) for pid in range(self._n)]
+        for pid, vote in enumerate(votes):
             if vote.startswith("error:"):
                 raise ConfigError(f"process {pid} of the multi-host run refused its settings: {vote[len('error:'):]}")
+        for pid, vote in enumerate(votes):
+            theirs = json.loads(vote[len("ok:"):])
+            differ = [f"{flag(k)} {self._flags[k]!r} (process {self._pid}) vs {theirs.get(k)!r} (process {pid})"
+                      for k in sorted(self._flags) if theirs.get(k) != self._flags[k]]
+            if differ:
+                raise ConfigError(f"bad multi-host settings: the processes were given different flags: "
+                                  f"{'; '.join(differ)}; give every process the same flags (only --process-id "
+                                  "differs)")

@@ -38,7 +38,7 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
     """
     claimed: list[str] = []  # the new run's folder while it holds no finished update
     # Multi-host: join first (the CLI already has, before importing this module: gymnax touches devices).
-    vote = distributed.SetupVote() if distributed.join(cfg) is not None else None
+    vote = distributed.SetupVote(cfg) if distributed.join(cfg) is not None else None
     with StopSignals() as stop:
         try:
             try:

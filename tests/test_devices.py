@@ -524,3 +524,20 @@ def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_
     assert "process 0 of the multi-host run refused its settings" in errs[1].splitlines()[-1]
     assert "already holds a run" in errs[1].splitlines()[-1]
     assert os.listdir(logdir) == ["metrics.csv"] and (logdir / "metrics.csv").read_text() == "update\n"
+
+
+def test_processes_given_different_flags_stop_before_anything_is_written(tmp_path):
+    """Process 1 has another --num-envs: both exit 2 naming the flag (instead of failing inside a
+    collective), and nothing is written."""
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds = [[sys.executable, "-m", "accerl_jax.train", "--no-progress", "--logdir", str(logdir),
+             "--num-envs", str(8 * (pid + 1)), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+             "--process-id", str(pid)] for pid in range(2)]
+    errs = _launch(cmds, [device_env(1), device_env(1)], tmp_path / "out", expect=2)
+    for pid, err in enumerate(errs):
+        line = err.splitlines()[-1]
+        assert line.startswith("error: bad multi-host settings: the processes were given different flags"), err
+        assert f"--num-envs {8 * (pid + 1)} (process {pid})" in line and "only --process-id differs" in line
+    assert not logdir.exists()
