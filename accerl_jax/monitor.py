@@ -441,13 +441,20 @@ def print_summary(summary: dict) -> None:
     table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
     table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")
     table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
-    table.add_row("actor time", f"{summary['actor_time_s']:.1f} s", share(summary["actor_time_s"]))
-    table.add_row(f"  env stepping ({summary['env_time_source']})", f"{summary['env_time_s']:.1f} s", share(summary["env_time_s"]))
-    table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
-    table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
-    table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
-    if summary.get("distill_time_s"):
-        table.add_row("  of which distillation", f"{summary['distill_time_s']:.1f} s", share(summary["distill_time_s"]))
+    if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart
+        fused = summary["fused_wait_s"]
+        table.add_row("fused program (actor+learner+compression)", f"{fused:.1f} s",
+                      share(fused))
+    else:
+        table.add_row("actor time", f"{summary['actor_time_s']:.1f} s", share(summary["actor_time_s"]))
+        table.add_row(f"  env stepping ({summary['env_time_source']})", f"{summary['env_time_s']:.1f} s",
+                      share(summary["env_time_s"]))
+        table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
+        table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
+        table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
+        if summary.get("distill_time_s"):
+            table.add_row("  of which distillation", f"{summary['distill_time_s']:.1f} s",
+                          share(summary["distill_time_s"]))
     speedup = summary["actor_policy_speedup"]
     table.add_row(
         f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",
