@@ -183,7 +183,7 @@ class Driver:
         if self.stopped is None and self.stop.requested is not None:
             self.stopped = "interrupted"
         if self.stopped == "interrupted" and self.completed == run.start_update:
-            self._discard()
+            self._release()  # interrupted before the first update of this session: nothing to save
             raise Interrupted(self.stop.requested)
         return self._finish(trained)
 
@@ -250,17 +250,6 @@ class Driver:
             self.run.monitor.close()
         self.run.saver.close()
 
-    def _discard(self) -> None:
-        """Interrupted before the first update of this session: nothing to save; a new run's folder is freed."""
-        run = self.run
-        self._close_outputs()
-        run.lock.release()
-        if run.start_update == 0:
-            checkpoint.remove_run(run.logdir)
-            for m in self.monitors[1:] if len(self.monitors) == 1 else self.monitors:
-                m.discard()
-            run.monitor.discard()
-
     def _fail(self) -> None:
         """A stepper raised: save its last completed update (if any ran), close everything."""
         run = self.run
@@ -268,11 +257,19 @@ class Driver:
             if self.completed > run.start_update and run.saver.last_step != self.completed:
                 self.save(self.completed)
         finally:
-            self._close_outputs()
-            run.lock.release()
-            if self.completed == run.start_update == 0:
-                checkpoint.remove_run(run.logdir)
-                run.monitor.discard()
+            self._release()
+
+    def _release(self) -> None:
+        """Close the outputs and the run's lock without a summary; a new run in which no update finished
+        frees its folder for a rerun."""
+        run = self.run
+        self._close_outputs()
+        run.lock.release()
+        if self.completed == run.start_update == 0:
+            checkpoint.remove_run(run.logdir)
+            for m in self.monitors if len(self.monitors) > 1 else []:
+                m.discard()
+            run.monitor.discard()
 
     def _finish(self, trained: dict | None) -> dict:
         """Save and log the last update, measure the policy speed, close, and write the summary."""
