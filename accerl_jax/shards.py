@@ -1,4 +1,4 @@
-"""The learner batch over all devices of all processes (issue 5, "Devices and hosts").
+"""The learner batch over all devices of all processes.
 
 The learner's batch axis ``B`` is split over a 1-D mesh of devices (:mod:`accerl_jax.learner`); device
 ``d`` of a mesh of ``D`` devices trains on columns ``[d * B/D, (d + 1) * B/D)``. Two pieces make that
@@ -19,11 +19,10 @@ batch the same however the devices are spread over processes, and whatever their
 
 Hence, for a given actor policy, a run of P processes with ``L`` devices and ``--num-envs b`` each
 collects the same rollouts as a single-process run with ``--num-envs P * b`` on any number of devices
-dividing it, and its updates equal that run's to float tolerance of the cross-device sums. In the
-sequential loop a compressor that learns from observations (distillation) trains on each process's own
-observations, so there the actor policies, and hence the runs, differ; the Anakin loop runs on global
-arrays instead (:mod:`accerl_jax.loops.anakin_program`), its compressor on the global observations, so
-there they do not.
+dividing it, and its updates equal that run's to float tolerance of the cross-device sums. A compressor
+that learns from observations (distillation) sees the global batch's observations in both loops: the
+Anakin loop runs on global arrays (:mod:`accerl_jax.loops.anakin_program`), the sequential loop gathers
+them from every process (:class:`accerl_jax.loops.sequential.SequentialStepper`).
 """
 from __future__ import annotations
 
