@@ -99,7 +99,8 @@ class Stepper(Protocol):
 
 def seed_monitors(run: Run) -> list[Monitor]:
     """One Monitor per seed: the run's own for one seed; for ``--num-seeds`` > 1 one per seed in
-    ``<logdir>/seed<k>/`` (the run's Monitor then pools the episodes of all seeds)."""
+    ``<logdir>/seed<k>/`` (the run's Monitor then summarises them: :attr:`Monitor.seeds
+    <accerl_jax.monitor.Monitor.seeds>`)."""
     cfg = run.cfg
     if cfg.num_seeds == 1:
         return [run.monitor]
@@ -110,6 +111,7 @@ def seed_monitors(run: Run) -> list[Monitor]:
         if run.extra:
             m.load_state_dict(run.extra["seed_monitors"][k])
         monitors.append(m)
+    run.monitor.seeds = monitors
     return monitors
 
 
@@ -193,8 +195,8 @@ class Driver:
             e = step.episodes[k]
             steps = step.updates * run.steps_per_update
             m.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
-            if len(self.monitors) > 1:
-                run.monitor.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
+        if len(self.monitors) > 1:  # one seed's steps (the shared x axis), every seed's episodes
+            run.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
         self.metrics = step.metrics
         self.completed = step.update
         self.claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
@@ -225,9 +227,8 @@ class Driver:
             row = dict(self.metrics[k], **extra[k])
             m.log(update, row)
             rows.append(row)
-        if len(self.monitors) > 1:
-            mean = float(np.mean([m.return_mean for m in self.monitors]))
-            run.monitor.log(update, dict(rows[0], return_mean_over_seeds=mean))
+        if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
+            run.monitor.log(update, rows[0])
         self.metrics, self.logged = rows, update
 
     def save(self, step: int) -> None:
@@ -308,11 +309,12 @@ class Driver:
             per_seed.append(summarize(seed_run, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
                                       last_checkpoint=last_checkpoint, **common))
-        returns = [p["final_return_mean"] for p in per_seed]
-        finite = [r for r in returns if r is not None]
+        # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
+        steps = run.monitor.env_steps * len(self.monitors)
         return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                         skipped_updates=sum(skipped), final_return_mean=float(np.mean(finite)) if finite else None,
-                         final_return_mean_per_seed=returns,
+                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.monitor.env_steps,
+                         steps_per_s=steps / (time.perf_counter() - run.wall_start),
+                         final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
                                 for p in per_seed], **common)
 
@@ -376,10 +378,10 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "learner_time_s": times["learner"],
         "compress_time_s": times["compress"],
         "distill_time_s": times["distill"],
-        "final_return_mean": monitor.return_mean if monitor.returns else None,
-        "final_length_mean": monitor.length_mean if monitor.lengths else None,
+        "final_return_mean": monitor.return_mean if monitor.has_returns else None,
+        "final_length_mean": monitor.length_mean if monitor.has_returns else None,
         "return_window": cfg.return_window,
-        "returns_averaged": len(monitor.returns),
+        "returns_averaged": min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
         "episodes": monitor.episodes,
         "steps_per_s": monitor.env_steps / wall,
         "learner_network": dataclasses.asdict(run.spec),

@@ -111,6 +111,10 @@ def _finite_or_none(x):
     return x
 
 
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
 def atomic_write_json(path: str, payload: dict) -> None:
     """Write ``payload`` as strict JSON (NaN/inf as null) to ``path`` via a temporary file and ``os.replace``."""
     tmp = f"{path}.tmp"
@@ -147,6 +151,10 @@ class Monitor:
         self.lengths: collections.deque = collections.deque(maxlen=return_window)  # agent steps per episode
         self.episodes = 0
         self.env_steps = 0
+        # --num-seeds > 1: the seeds' own Monitors. This Monitor then summarises them: its steps are one
+        # seed's (the x axis every seed shares), its return and length the mean over seeds of each seed's
+        # recent mean (never a pool of all seeds' episodes), its episodes the sum.
+        self.seeds: list[Monitor] = []
         self.refreshes = 0  # refreshes of the actor's policy logged by log_refresh
         self.start = time.perf_counter()
         self._writer = SummaryWriter(logdir)
@@ -213,7 +221,7 @@ class Monitor:
                         episode_length: np.ndarray | None = None) -> None:
         """Add the returns (and lengths, in agent steps) of episodes that finished in a rollout of
         ``steps`` env steps (``[T, B]`` arrays, ``finished`` bool)."""
-        self.env_steps += steps
+        self.record_steps(steps)
         finished = np.asarray(finished)
         # Time-major order: earlier steps first, so the deque keeps the most recent episodes.
         done_returns = np.asarray(episode_return)[finished]
@@ -221,6 +229,12 @@ class Monitor:
         if episode_length is not None:
             self.lengths.extend(np.asarray(episode_length)[finished].tolist())
         self.episodes += int(done_returns.size)
+
+    def record_steps(self, steps: int, episodes: int = 0) -> None:
+        """Count ``steps`` env steps and ``episodes`` finished episodes without their returns (a
+        Monitor of several seeds: the returns stay with each seed's Monitor)."""
+        self.env_steps += steps
+        self.episodes += episodes
 
     def state_dict(self) -> dict:
         """The counters a resumed run continues from (JSON-able): stage times, env steps, episodes, the
@@ -243,13 +257,25 @@ class Monitor:
         self.start = time.perf_counter() - float(state["wall_time_s"])
 
     @property
+    def has_returns(self) -> bool:
+        """Whether an episode has finished (of any seed, for a Monitor of several seeds)."""
+        return any(m.returns for m in self.seeds) if self.seeds else bool(self.returns)
+
+    @property
     def return_mean(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else float("nan")
+        """Mean return of the recent finished episodes (of several seeds: the mean over the seeds that
+        finished one of each seed's mean); NaN before the first."""
+        if self.seeds:
+            return _mean([m.return_mean for m in self.seeds if m.returns])
+        return _mean(self.returns)
 
     @property
     def length_mean(self) -> float:
-        """Mean length (agent steps) of the recent finished episodes; NaN before the first."""
-        return float(np.mean(self.lengths)) if self.lengths else float("nan")
+        """Mean length (agent steps) of the recent finished episodes (of several seeds: as
+        :attr:`return_mean`); NaN before the first."""
+        if self.seeds:
+            return _mean([m.length_mean for m in self.seeds if m.lengths])
+        return _mean(self.lengths)
 
     def log(self, update: int, metrics: dict) -> None:
         """Write one row to every sink (module docstring) and refresh the progress bar.
@@ -353,8 +379,9 @@ class Monitor:
 
     def progress(self) -> None:
         if self._progress is not None:
-            ret = f"{self.return_mean:.1f}" if self.returns else "-"
-            self._progress.update(self._task, completed=self.env_steps, phase="train",
+            ret = f"{self.return_mean:.1f}" if self.has_returns else "-"
+            phase = f"train ({len(self.seeds)} seeds, steps per seed, mean return over seeds)" if self.seeds else "train"
+            self._progress.update(self._task, completed=self.env_steps, phase=phase,
                                   sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
 
     def close(self) -> None:
@@ -427,18 +454,25 @@ def print_summary(summary: dict) -> None:
     def share(x):
         return f"{100 * x / wall:.0f}%" if wall > 0 else ""
 
-    ret = summary["final_return_mean"]
+    ret, seeds = summary["final_return_mean"], summary.get("num_seeds", 1)
     if summary.get("stopped"):
         table.add_row("[bold red]stopped early", summary["stopped"], "")
+    window = f"last {summary['returns_averaged']} episodes"
     table.add_row(
-        f"final return (mean of last {summary['returns_averaged']} episodes)",
+        f"final return (mean over {seeds} seeds of each one's {window})" if seeds > 1 else f"final return (mean of {window})",
         "no episode finished" if ret is None else f"{ret:.1f}",
         "",
     )
-    table.add_row("episodes finished", f"{summary['episodes']:,}", "")
+    if seeds > 1 and ret is not None:
+        per_seed = [r for r in summary["final_return_mean_per_seed"] if r is not None]
+        table.add_row("  per seed: min / max", f"{min(per_seed):.1f} / {max(per_seed):.1f}", "")
+    table.add_row("episodes finished" + (" (all seeds)" if seeds > 1 else ""), f"{summary['episodes']:,}", "")
     if summary.get("final_length_mean") is not None:
         table.add_row("episode length (same episodes, mean)", f"{summary['final_length_mean']:.1f} steps", "")
-    table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
+    if seeds > 1:
+        table.add_row("env steps per seed / all seeds", f"{summary['env_steps_per_seed']:,} / {summary['total_env_steps']:,}", "")
+    else:
+        table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
     table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")
     table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
     if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart

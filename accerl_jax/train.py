@@ -8,6 +8,7 @@ non-finite writes its summary, keeps its last good checkpoint and exits with sta
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -15,6 +16,14 @@ import tyro
 
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.signals import exit_code
+
+
+def plot_command(summary: dict) -> str:
+    """The command that plots a finished run: its folder, or for ``--num-seeds`` > 1 its seeds' folders
+    (drawn as one curve, the mean over seeds, with their min-max band)."""
+    seeds = summary.get("num_seeds", 1)
+    folders = [os.path.join(summary["logdir"], f"seed{k}") for k in range(seeds)] if seeds > 1 else [summary["logdir"]]
+    return "python -m accerl_jax.plot " + " ".join(folders)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print("outputs: written by process 0 only")
     else:
         print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): "
-              f"{summary['logdir']}; plot with: python -m accerl_jax.plot {summary['logdir']}")
+              f"{summary['logdir']}; plot with: {plot_command(summary)}")
     if summary["stopped"] == "interrupted":
         if summary["logdir"] is None:  # multi-host: process 0 saved the run's checkpoint
             print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: process 0 saved the "

@@ -127,7 +127,7 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
-def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path):
+def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path, capsys):
     """--num-seeds 2: seed 0 of the vmapped program is the single-seed run; seed 1 is another run."""
     one, _ = single
     logdir = tmp_path / "seeds"
@@ -144,6 +144,28 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
     assert per_seed[1]["final_return_mean"] != per_seed[0]["final_return_mean"]
     assert summary["final_return_mean_per_seed"] == [s["final_return_mean"] for s in per_seed]
     assert summary["total_env_steps"] == 2 * one["total_env_steps"]
+    # The run's own numbers agree with its seeds': one seed's steps on the curves' axis, the mean over
+    # seeds of each seed's return and length (not a pool of their episodes), every seed's episodes.
+    assert summary["env_steps_per_seed"] == one["total_env_steps"]
+    assert summary["final_return_mean"] == pytest.approx(np.mean([s["final_return_mean"] for s in per_seed]))
+    assert summary["final_length_mean"] == pytest.approx(np.mean([s["final_length_mean"] for s in per_seed]))
+    assert summary["episodes"] == sum(s["episodes"] for s in per_seed)
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        last = [json.loads(line) for line in f][-1]
+    assert last["env_steps"] == one["total_env_steps"]
+    assert last["return_mean"] == pytest.approx(summary["final_return_mean"])
+    # The seed folders plot as one group: the mean over seeds with its band.
+    from accerl_jax import plot
+    from accerl_jax.train import plot_command
+    folders = plot_command(summary).split()[3:]
+    assert folders == [str(logdir / "seed0"), str(logdir / "seed1")]
+    groups = plot.group_runs([plot.load_run(f) for f in folders])
+    assert len(groups) == 1 and len(groups[0][1]) == 2
+    from accerl_jax.monitor import print_summary
+    capsys.readouterr()
+    print_summary(summary)
+    table = capsys.readouterr().out
+    assert "mean over 2 seeds" in table and f"{summary['final_return_mean']:.1f}" in table
 
 
 @pytest.mark.slow
