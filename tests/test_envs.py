@@ -370,3 +370,15 @@ def test_make_env_errors(name, num_envs, needle):
     with pytest.raises(ValueError) as err:
         make_env(name, num_envs)
     assert needle in str(err.value)
+
+
+def test_envpool_pool_is_built_without_gymnasium_warnings():
+    """envpool builds its gymnasium spaces at their first access, which warns "Box low's precision lowered"
+    (nothing a user can act on): the adapter builds them where the warnings are silenced."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = make_env("envpool:CartPole-v1", 2, 0)
+        env.reset()
+    assert not [w for w in caught if "gymnasium" in w.filename], [str(w.message) for w in caught]

@@ -44,7 +44,10 @@ def _make(env_id: str, **kwargs):
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning, module="gymnasium")
-        return envpool.make(env_id, env_type="gymnasium", **kwargs)
+        env = envpool.make(env_id, env_type="gymnasium", **kwargs)
+        # The pool builds (and caches) its spaces at their first access, which is where the warnings come from.
+        env.observation_space, env.action_space
+    return env
 
 
 class EnvpoolEnv:
