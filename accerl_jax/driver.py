@@ -390,9 +390,11 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "actor_param_bytes": networks.param_bytes(actor_params),
         "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
         "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
-        # The last update's importance ratios π/μ: mean |log ρ|, fractions with ρ > ρ̄ and ρ > c̄.
+        # The last update's importance ratios π/μ: mean |log ρ|, fractions with ρ > ρ̄, ρ > c̄ and
+        # ρ > ρ̄ · CLIP_MARGIN, the share of Σρ that clipping at ρ̄ removes.
         **{k: float(final[k]) if k in final else None
-           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate")},
+           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac", "rho_clipped_mass",
+                     "learning_rate")},
         "devices": run.n_dev,
         "num_processes": run.num_processes,
         "process_id": run.process_id,

@@ -131,8 +131,10 @@ def ratio_sums(log_rho: jax.Array, mask: jax.Array, cfg: LossConfig) -> dict:
     Returns:
       dict of [] float32 sums over valid steps: ``abs_log_rho`` of |log ρ_s|, ``rho_clipped`` and
       ``c_clipped`` the counts of steps with ρ_s > ρ̄ and ρ_s > c̄ (where min(ρ̄, ρ_s) and min(c̄, ρ_s)
-      clip). The ratio is measured whatever the corrector (``none`` ignores it, so there it shows how
-      much correction the run goes without).
+      clip), ``rho_beyond`` the count with ρ_s > ρ̄ · :data:`~accerl_jax.corrector.CLIP_MARGIN` (clipped
+      by more than rounding), ``rho_excess`` of max(ρ_s - ρ̄, 0) (the weight clipping removes) and
+      ``rho_total`` of ρ_s. The ratio is measured whatever the corrector (``none`` ignores it, so there it
+      shows how much correction the run goes without).
     """
     log_rho = jax.lax.stop_gradient(log_rho)
     rho = jnp.exp(log_rho)
@@ -140,6 +142,9 @@ def ratio_sums(log_rho: jax.Array, mask: jax.Array, cfg: LossConfig) -> dict:
         "abs_log_rho": jnp.sum(mask * jnp.abs(log_rho)),
         "rho_clipped": jnp.sum(mask * (rho > cfg.clip_rho_threshold)),
         "c_clipped": jnp.sum(mask * (rho > corrector.CLIP_C_THRESHOLD)),
+        "rho_beyond": jnp.sum(mask * (rho > cfg.clip_rho_threshold * corrector.CLIP_MARGIN)),
+        "rho_excess": jnp.sum(mask * jnp.maximum(rho - cfg.clip_rho_threshold, 0.0)),
+        "rho_total": jnp.sum(mask * rho),
     }
 
 
@@ -341,7 +346,9 @@ def make_update(
       and a dict of [] float32 metrics (``loss``, ``pg_loss``, ``value_loss``, ``entropy``, ``rho_mean``,
       ``vs_mean``, ``grad_norm``; the actor's importance ratios ρ = π/μ over valid steps:
       ``abs_log_rho_mean`` = mean |log ρ|, ``rho_clipped_frac`` and ``c_clipped_frac`` = fractions of
-      steps with ρ > ρ̄ (``clip_rho_threshold``) and ρ > c̄ (:data:`accerl_jax.corrector.CLIP_C_THRESHOLD`);
+      steps with ρ > ρ̄ (``clip_rho_threshold``) and ρ > c̄ (:data:`accerl_jax.corrector.CLIP_C_THRESHOLD`),
+      ``rho_beyond_frac`` = the fraction with ρ > ρ̄ · :data:`~accerl_jax.corrector.CLIP_MARGIN`,
+      ``rho_clipped_mass`` = Σ max(ρ - ρ̄, 0) / Σ ρ, the share of the ratios' weight clipping removes;
       ``learning_rate`` if a schedule is given; for APPO the means over its ``epochs * minibatches`` steps,
       ``rho_mean`` is the PPO ratio π_θ/π_θold and the ratio statistics are of π_θold/μ).
       ``state.step`` counts optimizer steps. Every mean is a global masked mean, psum(sum) / psum(count).
@@ -377,6 +384,8 @@ def make_update(
             "abs_log_rho_mean": sums["abs_log_rho"] / count,
             "rho_clipped_frac": sums["rho_clipped"] / count,
             "c_clipped_frac": sums["c_clipped"] / count,
+            "rho_beyond_frac": sums["rho_beyond"] / count,
+            "rho_clipped_mass": sums["rho_excess"] / jnp.maximum(sums["rho_total"], 1e-30),
         }
         if learning_rate is not None:  # the rate this step used: optax's schedule counts steps from 0
             metrics["learning_rate"] = jnp.asarray(learning_rate(state.step), jnp.float32)

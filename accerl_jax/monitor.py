@@ -43,9 +43,40 @@ TABLE_COLUMNS = (
     ("update", "update", "{:,.0f}"), ("env_steps", "env steps", "{:,.0f}"), ("steps_per_s", "steps/s", "{:,.0f}"),
     ("return_mean", "return", "{:.1f}"), ("length_mean", "length", "{:.0f}"), ("loss", "loss", "{:.3g}"),
     ("grad_norm", "|grad|", "{:.3g}"), ("learning_rate", "lr", "{:.2g}"), ("kl_learner_actor", "KL", "{:.2g}"),
-    ("action_agreement", "agree", "{:.1%}"), ("abs_log_rho_mean", "|log ρ|", "{:.3f}"),
-    ("rho_clipped_frac", "ρ>ρ̄", "{:.1%}"), ("policy_lag_versions", "lag", "{:.0f}"),
+    ("action_agreement", "agree", "{:.1%}"), ("abs_log_rho_mean", "|log ρ|", "{:.2g}"),
+    ("rho_beyond_frac", "ρ>1.1ρ̄", "{:.1%}"), ("rho_clipped_mass", "clip mass", "{:.2%}"),
+    ("policy_lag_versions", "lag", "{:.0f}"),
 )
+# What the console's and the summary's abbreviations mean (printed under the first table and the summary).
+LEGEND = (
+    "KL: KL(π_learner ‖ π_actor) in nats on held-out recent observations (0: the actor acts as the learner); "
+    "agree: share of observations where both take the same greedy action; "
+    "|log ρ|: mean |log π(a|x) - log μ(a|x)| over the last update's valid steps (ρ = π/μ, π the learner's "
+    "policy, μ the compressed actor's that acted); "
+    "ρ>1.1ρ̄: share of those ratios more than 10% above the clip ρ̄ (--clip-rho-threshold), i.e. cut by "
+    "clipping beyond float noise; clip mass: share of the ratios' total weight Σρ that clipping at ρ̄ removes; "
+    "lag: learner updates between the policy that acted and the learner's (--policy-lag, --compress-every)."
+)
+# TensorBoard groups (CleanRL-style namespaces): a row key's tag is "<group>/<key>"; keys not listed: "train/".
+TENSORBOARD_GROUPS = {
+    "charts": ("return_mean", "length_mean", "episodes", "env_steps", "steps_per_s", "wall_time_s"),
+    "losses": ("loss", "pg_loss", "value_loss", "entropy", "vs_mean", "grad_norm", "learning_rate", "skipped_updates"),
+    "ratios": ("rho_mean", "abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac",
+               "rho_clipped_mass"),
+    "policy": ("kl_learner_actor", "action_agreement", "policy_lag_versions"),
+}
+_TAG = {key: f"{group}/{key}" for group, keys in TENSORBOARD_GROUPS.items() for key in keys}
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard tag of a row key: ``charts/return_mean``, ``losses/loss``, ``time/learner`` (for
+    ``time_learner_s``, seconds), ``ratios/...``, ``policy/...``; already grouped keys (``refresh/kl``) as
+    they are; others ``train/<key>``."""
+    if "/" in key:
+        return key
+    if key.startswith("time_") and key.endswith("_s"):
+        return f"time/{key[5:-2]}"
+    return _TAG.get(key, f"train/{key}")
 
 
 def is_run_file(name: str) -> bool:
@@ -301,6 +332,8 @@ class Monitor:
         self._logs += 1
         if self._progress is not None and self._logs % self.table_every == 0:
             self._progress.console.print(self.table(row))
+            if self._logs == self.table_every:  # the first table: what its abbreviations mean
+                self._progress.console.print(LEGEND, style="dim", markup=False, highlight=False)
         self.progress()
 
     def _log_wandb(self, row: dict) -> None:
@@ -353,7 +386,7 @@ class Monitor:
         chunks otherwise share the CPU with."""
         from tensorboardX.proto.summary_pb2 import Summary
 
-        tags = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if np.isfinite(v)]
+        tags = [Summary.Value(tag=tensorboard_tag(k), simple_value=float(v)) for k, v in values.items() if np.isfinite(v)]
         self._writer._get_file_writer().add_summary(Summary(value=tags), self.env_steps)
 
     def log_decision(self, decision: dict) -> None:
@@ -497,15 +530,17 @@ def print_summary(summary: dict) -> None:
     )
     kl, agree = summary["kl_learner_actor"], summary["action_agreement"]
     table.add_row(
-        "KL(π_learner ‖ π_actor) / greedy agreement",
-        "n/a" if kl is None or agree is None or not np.isfinite(kl) else f"{kl:.4f} / {100 * agree:.1f}%",
+        "KL(π_learner ‖ π_actor), nats / greedy agreement",
+        "n/a" if kl is None or agree is None or not np.isfinite(kl) else f"{kl:.3g} / {100 * agree:.1f}%",
         "",
     )
     if summary.get("abs_log_rho_mean") is not None:
         table.add_row(
-            "importance ratios π/μ (last update): mean |log ρ| / ρ > ρ̄ / ρ > c̄",
-            f"{summary['abs_log_rho_mean']:.4f} / {100 * summary['rho_clipped_frac']:.1f}% / "
-            f"{100 * summary['c_clipped_frac']:.1f}%",
+            "importance ratios ρ = π/μ (last update): mean |log ρ| / ρ > 1.1·ρ̄ / clipped mass",
+            f"{summary['abs_log_rho_mean']:.3g} / {100 * summary['rho_beyond_frac']:.1f}% / "
+            f"{100 * summary['rho_clipped_mass']:.2f}%",
             "",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(LEGEND, style="dim", markup=False, highlight=False)

@@ -205,10 +205,11 @@ def plot_time(runs: list[RunLog], out: str) -> str:
 
 
 def plot_divergence(runs: list[RunLog], out: str) -> str:
-    """``divergence.png``: KL(π ‖ μ), agreement, mean |log ρ| and ρ > ρ̄ fraction against env steps."""
+    """``divergence.png``: KL(π ‖ μ), agreement, mean |log ρ| and the share of Σρ clipping removes against env steps."""
     plt = _pyplot()
     panels = (("kl_learner_actor", "KL(π_learner ‖ μ_actor) (nats)"), ("action_agreement", "greedy-action agreement"),
-              ("abs_log_rho_mean", "mean |log ρ| over valid steps"), ("rho_clipped_frac", "fraction of ρ clipped at ρ̄"))
+              ("abs_log_rho_mean", "mean |log ρ| over valid steps"),
+              ("rho_clipped_mass", "share of Σρ removed by clipping at ρ̄"))
     fig, axes = plt.subplots(2, 2, figsize=(13, 8))
     for ax, (key, title) in zip(axes.flat, panels):
         for i, run in enumerate(runs):

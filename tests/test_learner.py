@@ -340,6 +340,15 @@ def test_vtrace_on_policy_equals_none_and_differs_off_policy(params, batch, sing
 # --------------------------------------------------------------------------------------------------
 
 
+def test_ratio_sums_count_clipping_beyond_float_noise_and_the_weight_it_removes():
+    """At ρ̄ = 1: ρ = 1.05 is clipped but not beyond ρ̄ · 1.1; the clipped mass is Σ max(ρ - 1, 0) / Σ ρ."""
+    rho = np.array([[0.5, 1.05, 1.2, 2.0, 3.0]], np.float32)
+    mask = np.array([[1, 1, 1, 1, 0]], np.float32)  # the last step is invalid
+    sums = learner.ratio_sums(jnp.log(rho), mask, learner.LossConfig(clip_rho_threshold=1.0))
+    assert float(sums["rho_clipped"]) == 3 and float(sums["rho_beyond"]) == 2
+    np.testing.assert_allclose(float(sums["rho_excess"]) / float(sums["rho_total"]), 1.25 / 4.75, rtol=1e-6)
+
+
 def test_ratio_statistics_and_learning_rate_match_hand_computation(params, batch):
     """mean |log ρ|, the fractions with ρ > ρ̄ and ρ > c̄ over valid steps, and the scheduled rate."""
     cfg = learner.LossConfig(clip_rho_threshold=1.5)  # ρ̄ != c̄ = 1, so the two fractions differ
@@ -358,7 +367,9 @@ def test_ratio_statistics_and_learning_rate_match_hand_computation(params, batch
     valid = np.asarray(batch.valid)
     rho = np.exp(log_rho[valid])
     expected = {"abs_log_rho_mean": np.mean(np.abs(log_rho[valid])), "rho_clipped_frac": np.mean(rho > 1.5),
-                "c_clipped_frac": np.mean(rho > 1.0)}
+                "c_clipped_frac": np.mean(rho > 1.0), "rho_beyond_frac": np.mean(rho > 1.5 * 1.1),
+                "rho_clipped_mass": np.sum(np.maximum(rho - 1.5, 0)) / np.sum(rho)}
+    assert 0 < expected["rho_beyond_frac"] <= expected["rho_clipped_frac"]  # a meaningful fixture
     assert 0 < expected["rho_clipped_frac"] < expected["c_clipped_frac"] < 1, expected  # a meaningful fixture
     # Invalid steps are left out: counting them would change every statistic.
     assert abs(np.mean(np.exp(log_rho) > 1.0) - expected["c_clipped_frac"]) > 1e-3

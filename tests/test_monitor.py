@@ -18,7 +18,7 @@ import pytest
 
 from accerl_jax import checkpoint, loop, plot, train
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.monitor import Monitor, require_wandb
+from accerl_jax.monitor import LEGEND, Monitor, print_summary, require_wandb, tensorboard_tag
 
 UPDATES = 6
 NEW_METRICS = ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate", "grad_norm", "loss",
@@ -93,11 +93,25 @@ def test_every_run_logs_the_issue_6_metrics(runs):
     np.testing.assert_allclose(lr, [1e-3 * (1 - (u - 1) / UPDATES) for u in (2, 4, 6)], rtol=1e-5)
     for r in rows:
         assert 0 <= float(r["rho_clipped_frac"]) <= float(r["c_clipped_frac"]) <= 1  # ρ̄ = c̄ = 1 here: equal
+        assert 0 <= float(r["rho_beyond_frac"]) <= float(r["rho_clipped_frac"])
+        assert 0 <= float(r["rho_clipped_mass"]) < 1
         assert 0 < float(r["time_distill_s"]) <= float(r["time_compress_s"])  # distillation is part of compression
         assert float(r["length_mean"]) >= 1
-    for key in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate", "distill_time_s",
-                "final_length_mean"):
+    for key in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac", "rho_clipped_mass",
+                "learning_rate", "distill_time_s", "final_length_mean"):
         assert summary[key] is not None and math.isfinite(summary[key]), key
+
+
+def test_summary_table_says_what_its_numbers_are(runs, capsys):
+    """A KL of 2e-5 is printed as such (not 0.0000), and the legend under the table defines every abbreviation."""
+    _, (summary, _), _ = runs
+    print_summary(dict(summary, kl_learner_actor=2.1e-5))
+    out = capsys.readouterr().out
+    assert "2.1e-05" in out and "0.0000" not in out
+    flat = " ".join(out.split())
+    assert " ".join(LEGEND.split()) in flat
+    for abbreviation in ("KL:", "agree:", "|log ρ|:", "ρ>1.1ρ̄:", "clip mass:", "lag:"):
+        assert abbreviation in LEGEND
     # CartPole's reward is 1 per step: the mean return of the recent episodes is their mean length.
     assert summary["final_length_mean"] == pytest.approx(summary["final_return_mean"])
 
@@ -192,12 +206,21 @@ def test_tensorboard_gets_every_finite_scalar_of_every_row_at_its_env_steps(tmp_
     monitor.log(2, {"loss": 0.25, "kl": 0.125})
     monitor.close()
     tb = read_tensorboard(str(tmp_path))
-    assert tb["loss"] == [(8, 0.5), (16, 0.25)]
-    assert tb["kl"] == [(16, 0.125)]  # NaN is not written
-    assert tb["return_mean"] == [(8, 3.0), (16, 3.0)] and tb["env_steps"] == [(8, 8.0), (16, 16.0)]
+    assert tb["losses/loss"] == [(8, 0.5), (16, 0.25)]
+    assert tb["train/kl"] == [(16, 0.125)]  # NaN is not written; a key of no group goes to train/
+    assert tb["charts/return_mean"] == [(8, 3.0), (16, 3.0)] and tb["charts/env_steps"] == [(8, 8.0), (16, 16.0)]
     assert tb["refresh/kl_learner_actor"] == [(8, 0.25)] and tb["refresh/update"] == [(8, 1.0)]
-    finite = {k for k, v in monitor.rows[-1].items() if math.isfinite(v)}
-    assert "update" not in tb and "length_mean" not in tb and finite - {"update"} <= set(tb)
+    assert tb["time/learner"] == [(8, 0.0), (16, 0.0)]
+    finite = {tensorboard_tag(k) for k, v in monitor.rows[-1].items() if math.isfinite(v)}
+    assert "charts/update" not in tb and "charts/length_mean" not in tb and finite - {"train/update"} <= set(tb)
+    assert all("/" in tag for tag in tb)  # every tag in a namespace
+
+
+def test_tensorboard_tags_are_grouped_like_cleanrl():
+    assert [tensorboard_tag(k) for k in ("return_mean", "loss", "rho_clipped_mass", "kl_learner_actor",
+                                         "time_distill_s", "refresh/kl", "something_new")] == [
+        "charts/return_mean", "losses/loss", "ratios/rho_clipped_mass", "policy/kl_learner_actor",
+        "time/distill", "refresh/kl", "train/something_new"]
 
 
 def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):

@@ -55,13 +55,10 @@ import numpy as np
 
 from accerl_jax import networks, xla
 from accerl_jax.compressor.base import Compressor
+from accerl_jax.corrector import CLIP_MARGIN  # the clipping trigger counts ρ > ρ̄ · CLIP_MARGIN
 from accerl_jax.types import ApplyFn, Rollout
 
 DEFAULT_CANDIDATES = ("none", "int8", "distill:tiny", "distill:small", "distill:small+int8", "prune:0.5+distill")
-# The clipping trigger counts ρ > ρ̄ · CLIP_MARGIN: at the usual ρ̄ = 1, about half of all ratios exceed ρ̄ by
-# a hair whenever π and μ differ at all (measured: 43-53% of ρ > 1 with KL ~1e-5 on CartPole), which says
-# nothing about the correction's bias; ratios 10% above ρ̄ do.
-CLIP_MARGIN = 1.1
 TRIGGERS = ("initial", "divergence", "clipping", "periodic")
 
 
