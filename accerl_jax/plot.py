@@ -125,10 +125,8 @@ def group_runs(runs: list[RunLog]) -> list[tuple[str, list[RunLog]]]:
     return labelled
 
 
-def seed_band(members: list[RunLog], x_key: str, y_key: str = "return_mean"):
-    """Mean and min/max of ``y_key`` over the runs in ``members``, linearly interpolated onto a common grid
-    of ``x_key`` up to the smallest final x any of them reached. Returns ``(x, mean, lo, hi)``; None if
-    some run has no finite ``y_key`` yet."""
+def _finite_curves(members: list[RunLog], x_key: str, y_key: str):
+    """Each run's finite ``(x, y)`` points; None if some run has no finite point yet."""
     curves = []
     for run in members:
         x, y = run.get(x_key), run.get(y_key)
@@ -138,11 +136,41 @@ def seed_band(members: list[RunLog], x_key: str, y_key: str = "return_mean"):
         if not ok.any():
             return None
         curves.append((x[ok], y[ok]))
+    return curves
+
+
+def seed_band(members: list[RunLog], x_key: str, y_key: str = "return_mean"):
+    """Mean and min/max of ``y_key`` over the runs in ``members``, linearly interpolated onto a common grid
+    of ``x_key`` from the largest first to the smallest final x any of them reached. Returns ``(x, mean,
+    lo, hi)``; None if some run has no finite ``y_key`` yet or the runs' ``x_key`` ranges have less than
+    two points in common (e.g. wall times of seeds run one after another, one of them compiling longer)."""
+    curves = _finite_curves(members, x_key, y_key)
+    if curves is None:
+        return None
     start = max(c[0][0] for c in curves)
     stop = min(c[0][-1] for c in curves)
+    if len(curves) > 1 and not stop > start:
+        return None
     grid = np.linspace(start, stop, GRID_POINTS) if stop > start else np.array([stop])
     ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])
     return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def draw_group(ax, members: list[RunLog], x_key: str, color: str, label: str, y_key: str = "return_mean") -> int:
+    """Draw one group on ``ax``: the mean over its runs with a min-max band (:func:`seed_band`), or, where
+    their ``x_key`` ranges do not overlap, each run's own curve (thin, the first one labelled). Returns
+    the number of lines drawn (0 while a run has nothing to draw)."""
+    band = seed_band(members, x_key, y_key)
+    if band is not None:
+        x, mean, lo, hi = band
+        ax.plot(x, mean, color=color, label=label)
+        if len(members) > 1:
+            ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+        return 1
+    curves = _finite_curves(members, x_key, y_key)
+    for k, (x, y) in enumerate(curves or []):
+        ax.plot(x, y, color=color, linewidth=0.8, label=f"{label} (each seed: ranges differ)" if k == 0 else None)
+    return len(curves or [])
 
 
 def _pyplot():
@@ -161,13 +189,7 @@ def plot_returns(groups, out: str) -> str:
     for i, (label, members) in enumerate(groups):
         color = f"C{i % 10}"
         for ax, x_key in zip(axes, ("env_steps", "wall_time_s")):
-            band = seed_band(members, x_key)
-            if band is None:
-                continue
-            x, mean, lo, hi = band
-            ax.plot(x, mean, color=color, label=label)
-            if len(members) > 1:
-                ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+            draw_group(ax, members, x_key, color, label)
     axes[0].set(title="episode return (recent mean; band: min-max over seeds)", xlabel="env steps", ylabel="return")
     axes[1].set(title="episode return against wall time", xlabel="wall time (s, incl. compile)")
     for ax in axes:

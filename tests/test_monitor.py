@@ -262,6 +262,25 @@ def test_plot_two_runs_grouped_over_seeds(runs, tmp_path):
     assert np.all(lo <= mean) and np.all(mean <= hi)
 
 
+def test_seeds_whose_wall_times_do_not_overlap_still_draw_both_panels():
+    """Seeds run one after another (one compiling longer) share env steps but not wall seconds: the env-steps
+    panel draws their band, the wall-time panel each seed's own curve (it used to be blank)."""
+    import matplotlib.pyplot as plt
+
+    steps = np.array([8.0, 16.0, 24.0])
+    early = plot.RunLog("s0", {"env_steps": steps, "wall_time_s": np.array([1.0, 2.0, 3.0]),
+                               "return_mean": np.array([10.0, 20.0, 30.0])}, {"seed": 0})
+    late = plot.RunLog("s1", {"env_steps": steps, "wall_time_s": np.array([5.0, 6.0, 7.0]),
+                              "return_mean": np.array([12.0, 22.0, 32.0])}, {"seed": 1})
+    assert plot.seed_band([early, late], "wall_time_s") is None
+    fig, (ax_steps, ax_wall) = plt.subplots(1, 2)
+    assert plot.draw_group(ax_steps, [early, late], "env_steps", "C0", "g") == 1
+    assert plot.draw_group(ax_wall, [early, late], "wall_time_s", "C0", "g") == 2
+    assert [len(line.get_xdata()) for line in ax_wall.lines] == [3, 3]
+    np.testing.assert_allclose(ax_steps.lines[0].get_ydata()[[0, -1]], [11.0, 31.0])
+    plt.close(fig)
+
+
 def test_plot_cli_errors_exit_2_with_one_line(tmp_path, capsys):
     assert plot.main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
