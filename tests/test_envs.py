@@ -4,6 +4,7 @@ DESIGN.md, "Conventions": ``next_obs`` is the true next observation (the final o
 ended), ``terminated``/``truncated`` are separate, and envpool's reset step (which ignores the action
 and returns the first observation with reward 0) is marked ``valid = False``.
 """
+import dataclasses
 import functools
 
 import jax
@@ -382,3 +383,36 @@ def test_envpool_pool_is_built_without_gymnasium_warnings():
         env = make_env("envpool:CartPole-v1", 2, 0)
         env.reset()
     assert not [w for w in caught if "gymnasium" in w.filename], [str(w.message) for w in caught]
+
+
+def test_your_own_gymnax_environment_by_name_or_import_path():
+    """An environment written outside gymnax (tests/custom_env.py: Lever) is built from --env
+    gymnax:<registered name> and gymnax:<module>:<Class>, and steps with time-limit truncation (training
+    on it: notebooks/custom_env.ipynb, run by tests/test_notebooks.py)."""
+    import custom_env
+
+    from accerl_jax.envs import register_env
+
+    register_env("Lever-test", custom_env.lever_with_params)
+    env = make_env("gymnax:Lever-test", 3)
+    assert env.info.num_actions == 2 and env.info.obs_shape == (2,) and env.info.max_episode_steps == 10
+    assert make_env("gymnax:custom_env:Lever", 3).info == dataclasses.replace(env.info, name="gymnax:custom_env:Lever")
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    rewards, truncated = [], []
+    for _ in range(10):
+        state, t = env.step(state, jnp.ones((3,), jnp.int32))
+        rewards.append(np.asarray(t.reward)), truncated.append(np.asarray(t.truncated))
+    assert np.all(np.asarray(rewards) == 1.0) and np.all(np.asarray(state.episode_return) == 0.0)
+    assert not np.any(truncated[:-1]) and np.all(truncated[-1]) and np.all(np.asarray(t.episode_return) == 10.0)
+    with pytest.raises(ValueError, match="cannot register environment 'CartPole-v1'"):
+        register_env("CartPole-v1", custom_env.Lever)
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("gymnax:no_such_module_xyz:Env", "cannot import the environment"),
+    ("gymnax:custom_env:NoSuchClass", "cannot import the environment"),
+    ("gymnax:custom_env:LeverParams", "expected a gymnax Environment"),
+])
+def test_your_own_environment_errors_say_what_to_fix(name, needle):
+    with pytest.raises(ValueError, match=needle):
+        make_env(name, 2)

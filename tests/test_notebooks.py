@@ -17,10 +17,12 @@ EXPECTED_FILES = {
                          "runs/quickstart-plots/returns.png", "runs/quickstart-plots/time_breakdown.png",
                          "runs/quickstart-plots/divergence.png"],
     "custom_compressor.ipynb": ["runs/custom-fp16/summary.json"],
+    "custom_env.ipynb": ["runs/custom-env-lever/summary.json"],
 }
 # Text a notebook's outputs must contain.
 EXPECTED_TEXT = {
     "custom_compressor.ipynb": ["['distill', 'fp16']", "distill:small+fp16 6 updates"],
+    "custom_env.ipynb": ["(random policy: 5, best: 10)"],
 }
 
 

@@ -1,12 +1,13 @@
 """Environment adapters: gymnax (jittable, on device) and envpool (host), one interface.
 
-:func:`make_env` parses the ``--env`` string ``gymnax:<id>`` or ``envpool:<id>``.
+:func:`make_env` parses the ``--env`` string ``gymnax:<id>`` or ``envpool:<id>``; your own gymnax-style
+environment: ``gymnax:<name>`` after :func:`register_env`, or ``gymnax:package.module:Class``.
 """
 from __future__ import annotations
 
 from accerl_jax.envs.base import EnvInfo
 from accerl_jax.envs.envpool_env import EnvpoolEnv
-from accerl_jax.envs.gymnax_env import GymnaxEnv
+from accerl_jax.envs.gymnax_env import GymnaxEnv, register_env
 
 BACKENDS = ("gymnax", "envpool")
 
@@ -30,4 +31,4 @@ def make_env(name: str, num_envs: int, seed: int = 0):
     return EnvpoolEnv(env_id, num_envs, seed)
 
 
-__all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "BACKENDS"]
+__all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "register_env", "BACKENDS"]

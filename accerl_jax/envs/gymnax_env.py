@@ -6,9 +6,11 @@ transition is an MDP transition (``valid`` is always True).
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import importlib
+from typing import Any, Callable, NamedTuple
 
 import gymnax
+from gymnax.environments.environment import Environment
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,24 +26,78 @@ class GymnaxState(NamedTuple):
     episode_length: jax.Array  # [B] int32, running length in agent steps
 
 
+# Your own gymnax-style environments by name (:func:`register_env`): name -> a no-argument factory.
+CUSTOM_ENVS: dict[str, Callable[[], Any]] = {}
+
+
+def register_env(name: str, make: Callable[[], Any]) -> None:
+    """Make ``--env gymnax:<name>`` build your own environment.
+
+    Args:
+      name: the id after ``gymnax:``; not one of gymnax's registered ids and without ``:``.
+      make: called with no arguments, returns a ``gymnax.environments.environment.Environment`` instance
+        (its ``default_params`` are used) or an ``(environment, params)`` pair; an ``Environment``
+        subclass itself works too.
+    Raises:
+      ValueError: if ``name`` is empty, holds ``:``, or shadows a gymnax id.
+    """
+    if not name or ":" in name or name in gymnax.registered_envs:
+        raise ValueError(f"cannot register environment {name!r}: give a new name without ':' that is not a "
+                         "gymnax id")
+    CUSTOM_ENVS[name] = make
+
+
+def _build(env_id: str):
+    """``(environment, params)`` for a gymnax id, a :func:`register_env` name, or an import path
+    ``package.module:Class`` (a gymnax ``Environment`` subclass built with no arguments)."""
+    if env_id in CUSTOM_ENVS:
+        made, where = CUSTOM_ENVS[env_id](), f"the factory registered as {env_id!r}"
+    elif ":" in env_id:
+        module_name, _, attr = env_id.partition(":")
+        try:
+            made = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"cannot import the environment gymnax:{env_id} ({err}); expected "
+                             "'gymnax:package.module:Class' with the module importable (on PYTHONPATH)") from None
+        made, where = (made() if isinstance(made, type) else made), env_id
+    elif env_id in gymnax.registered_envs:
+        return gymnax.make(env_id)
+    else:
+        raise ValueError(
+            f"unknown gymnax environment {env_id!r}; known ones include "
+            f"{', '.join(sorted(gymnax.registered_envs)[:12])}, ...; your own: register_env(name, make) or "
+            "'gymnax:package.module:Class'"
+        )
+    env, params = made if isinstance(made, tuple) else (made, getattr(made, "default_params", None))
+    if not isinstance(env, Environment) or params is None:
+        raise ValueError(f"gymnax:{env_id}: {where} gave {type(env).__name__}; expected a gymnax Environment "
+                         "(gymnax.environments.environment.Environment subclass) with default_params")
+    return env, params
+
+
+def _time_limit(env_id: str, params) -> int:
+    limit = getattr(params, "max_steps_in_episode", None)
+    if limit is None:
+        raise ValueError(f"gymnax:{env_id}: its params have no max_steps_in_episode; give them one (the "
+                         "time limit in agent steps, as gymnax's EnvParams do)")
+    return int(limit)
+
+
 class GymnaxEnv:
-    """``B`` copies of a gymnax environment behind the adapter interface.
+    """``B`` copies of a gymnax environment behind the adapter interface: a gymnax id, an environment
+    of your own registered with :func:`register_env`, or an import path ``package.module:Class``.
 
     Raises:
-      ValueError: if ``env_id`` is not a registered gymnax environment, or its action space is neither
-        discrete nor a 1-D box.
+      ValueError: if ``env_id`` is none of these, or its action space is neither discrete nor a 1-D box.
 
     Continuous (box) actions are clipped to the space's bounds before ``step``.
     """
 
     def __init__(self, env_id: str, num_envs: int):
-        if env_id not in gymnax.registered_envs:
-            raise ValueError(
-                f"unknown gymnax environment {env_id!r}; known ones include "
-                f"{', '.join(sorted(gymnax.registered_envs)[:12])}, ..."
-            )
         try:
-            self._env, self._params = gymnax.make(env_id)
+            self._env, self._params = _build(env_id)
+        except ValueError:
+            raise
         except Exception as err:  # some gymnax envs download data at construction (e.g. MNISTBandit)
             raise ValueError(f"cannot build gymnax:{env_id}: {err}") from None
         space = self._env.action_space(self._params)
@@ -63,7 +119,7 @@ class GymnaxEnv:
             obs_dtype="float32",
             channels_first=False,
             jittable=True,
-            max_episode_steps=int(self._params.max_steps_in_episode),
+            max_episode_steps=_time_limit(env_id, self._params),
             **action,
         )
 
