@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import numpy as np
+import tyro
 
 
 class ConfigError(ValueError):
@@ -17,6 +18,13 @@ class Config:
     """Train an actor-critic (IMPALA, Retrace or APPO) whose actors run a compressed copy of the learner's
     policy (AcceRL)."""
 
+    preset: Optional[str] = None
+    """Start from named settings for an environment family: 'classic' (gymnax classic control; the
+    defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, Sebulba), 'mujoco' (envpool MuJoCo,
+    APPO); see accerl_jax/presets.py for each one's values and where they come from. Other flags override it."""
+    config: Optional[str] = None
+    """A YAML or TOML file of settings (these flags' names, e.g. 'num_envs: 64'), applied after --preset;
+    flags on the command line override it."""
     env: str = "gymnax:CartPole-v1"
     """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
     (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
@@ -97,10 +105,16 @@ class Config:
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
     learning_rate: float = 1e-3
-    """Adam learning rate of the learner, linearly annealed to 0 over the budget."""
+    """Adam learning rate of the learner, linearly annealed to 0 over the budget (see --anneal-lr)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the budget; --no-anneal-lr keeps it constant."""
+    hidden_sizes: tuple[int, ...] = ()
+    """Hidden widths of the learner's network: for an MLP any number of layers (e.g. --hidden-sizes 64 64);
+    for the conv net four numbers (three conv channel counts, then the dense size). Empty: MLP(256, 256)
+    for vector observations, the Nature CNN (32, 64, 64, 512) for images."""
     discount: float = 0.99
     """Discount γ per agent step."""
-    lambda_: float = 1.0
+    lambda_: Annotated[float, tyro.conf.arg(name="lambda", aliases=("--lambda_",))] = 1.0
     """Trace λ of the corrector (V-trace, Retrace, IS)."""
     clip_rho_threshold: float = 1.0
     """ρ̄: clip of the importance ratio in the value targets (V-trace and IS)."""
@@ -166,7 +180,9 @@ class Config:
 
 
 def flag(name: str) -> str:
-    """The CLI flag of a Config field, as tyro spells it (``lambda_`` -> ``--lambda_``)."""
+    """The CLI flag of a Config field, as tyro spells it (``num_envs`` -> ``--num-envs``, ``lambda_`` -> ``--lambda``)."""
+    if name == "lambda_":
+        return "--lambda"
     stem = name.rstrip("_")
     return "--" + stem.replace("_", "-") + name[len(stem):]
 
@@ -220,6 +236,8 @@ def validate(cfg: Config) -> None:
         ("actor_device", cfg.actor_device in ("cpu", "learner"), "'cpu' or 'learner'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
     ]
+    if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):
+        raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))}; expected widths in [1, 65536]")
     if cfg.logdir is not None and not cfg.logdir.strip():
         raise ConfigError(f"bad --logdir {cfg.logdir!r}: empty; give a folder name, or leave the flag out for "
                           "the default runs/<env>-<compressor>-s<seed>-<time>-<random>")

@@ -256,6 +256,12 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
                                      action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
     except ValueError as err:
         raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
+    if cfg.hidden_sizes:
+        if spec.family == "cnn" and len(cfg.hidden_sizes) != len(spec.widths):
+            raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} (a conv net): "
+                              f"expected {len(spec.widths)} numbers, three conv channel counts then the dense size, "
+                              f"e.g. {' '.join(map(str, spec.widths))}")
+        spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
     if (cfg.loop == "auto" and loop == "anakin" and cfg.num_seeds == 1 and spec.family == "cnn"
             and (backend or jax.default_backend()) == "cpu"):
         loop = "sequential"

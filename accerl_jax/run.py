@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import tempfile
 import time
@@ -174,7 +175,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     """
     n_proc, pid = jax.process_count(), jax.process_index()
     loop = plan_lib.check_config(cfg, n_proc, jax.local_device_count())
-    config_json = dataclasses.asdict(cfg)
+    config_json = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as saved: tuples become lists
     resume_point = None
     if cfg.resume is not None:
         # Every process reads the checkpoint (a multi-host run needs the run folder on a shared file
@@ -226,11 +227,12 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     params = networks.init_params(spec, k_net)
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
     optimizer_steps = num_updates * loss_cfg.optimizer_steps
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps)
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
     # The learner's mesh: all devices of all processes (one process: its local devices).
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
     update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
-                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
+                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps,
+                                                                             anneal=cfg.anneal_lr))
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"

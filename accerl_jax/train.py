@@ -14,6 +14,7 @@ import sys
 
 import tyro
 
+from accerl_jax import presets
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.signals import exit_code
 
@@ -26,8 +27,22 @@ def plot_command(summary: dict) -> str:
     return "python -m accerl_jax.plot " + " ".join(folders)
 
 
+def parse_config(argv: list[str]) -> Config:
+    """The configuration of a command line: :class:`Config`'s defaults, then ``--preset``'s, then the
+    ``--config`` file's, then the flags given (tyro; ``--help`` prints and exits).
+
+    Raises:
+      ConfigError: an unknown preset or a bad settings file.
+    """
+    return tyro.cli(Config, args=argv, default=presets.base_config(argv), prog="python -m accerl_jax.train")
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = tyro.cli(Config, args=argv, prog="python -m accerl_jax.train")
+    try:
+        cfg = parse_config(sys.argv[1:] if argv is None else list(argv))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     from accerl_jax import distributed
 
     try:

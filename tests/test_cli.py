@@ -112,7 +112,7 @@ def test_train_compressors_and_no_correction(tmp_path, compressor):
         (["--discount", "1.5"], "bad --discount 1.5"),
         (["--learning-rate", "inf"], "bad --learning-rate inf; expected a finite number"),
         (["--seed", "4294967296"], "bad --seed 4294967296"),
-        (["--lambda_", "-1"], "bad --lambda_ -1.0"),
+        (["--lambda", "-1"], "bad --lambda -1.0"),
         (["--compressor", "fakequant:8.0"], "'8.0' is not an integer"),
         (["--compressor", "distill:small+distill:tiny"], "distill appears more than once"),
         (["--total-steps", str(10**21)], "more than 2147483647 updates"),

@@ -1,0 +1,153 @@
+"""Named starting points for a run (``--preset``) and settings files (``--config``).
+
+A preset is a set of :class:`~accerl_jax.config.Config` fields for one environment family; a settings
+file (YAML or TOML, Config field names with ``_`` or ``-``) is applied after it; flags on the command line
+override both. Where a preset's values come from is in :data:`PRESETS` (``source``): measured here, or
+taken from the reference implementation named there and not tuned here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from typing import NamedTuple
+
+from accerl_jax.config import Config, ConfigError
+
+
+class Preset(NamedTuple):
+    family: str  # what it is for
+    settings: dict  # Config fields
+    source: str  # where the values come from
+
+
+PRESETS = {
+    "classic": Preset(
+        "gymnax classic control (CartPole-v1, Acrobot-v1, MountainCar-v0, ...)",
+        {"env": "gymnax:CartPole-v1", "num_envs": 16, "rollout_length": 16, "total_steps": 800_000,
+         "learning_rate": 1e-3},
+        "the defaults, measured here: CartPole solved (return >= 475) within 800k steps, Acrobot past -100 "
+        "within 250k (experiments/results/cpu-2core/)"),
+    "minatar": Preset(
+        "gymnax MinAtar (Breakout-MinAtar, Asterix-MinAtar, ...): 10x10 image channels, conv net",
+        {"env": "gymnax:Breakout-MinAtar", "num_envs": 16, "rollout_length": 16, "total_steps": 2_000_000,
+         "learning_rate": 1e-3},
+        "measured here: Breakout-MinAtar past 5.0 within 200k steps (experiments/results/cpu-2core/minatar/)"),
+    "atari": Preset(
+        "envpool Atari (Pong-v5, Breakout-v5, ...): 4 stacked 84x84 frames, Nature CNN, Sebulba loop",
+        {"env": "envpool:Pong-v5", "loop": "sebulba", "num_envs": 32, "rollout_length": 20,
+         "total_steps": 10_000_000, "learning_rate": 6e-4, "entropy_coef": 0.01, "discount": 0.99,
+         "max_grad_norm": 40.0},
+        "IMPALA's Atari settings (Espeholt et al. 2018, appendix: unroll 20, learning rate 0.0006, entropy "
+        "0.01, discount 0.99, gradient clip 40) with 32 environments; not tuned here"),
+    "mujoco": Preset(
+        "envpool MuJoCo (HalfCheetah-v4, Hopper-v4, ...): continuous actions, Gaussian policy, APPO",
+        {"env": "envpool:HalfCheetah-v4", "loss": "appo", "num_envs": 32, "rollout_length": 64,
+         "total_steps": 1_000_000, "learning_rate": 3e-4, "epochs": 10, "minibatches": 4, "lambda_": 0.95,
+         "entropy_coef": 0.0, "max_grad_norm": 0.5, "compressor": "none"},
+        "CleanRL's ppo_continuous_action (2048 steps per update, 10 epochs, learning rate 3e-4, GAE "
+        "lambda 0.95, no entropy bonus, gradient clip 0.5) with 32 environments; not tuned here"),
+}
+
+
+def _check_fields(settings: dict, where: str) -> dict:
+    names = {f.name for f in dataclasses.fields(Config)}
+    fields = {}
+    for key, value in settings.items():
+        name = str(key).lstrip("-").replace("-", "_")
+        if name == "lambda":
+            name = "lambda_"
+        if name not in names or name in ("preset", "config"):
+            close = difflib.get_close_matches(name, sorted(names - {"preset", "config"}), n=2)
+            hint = f" (perhaps {' or '.join(close)})" if close else ""
+            raise ConfigError(f"bad {where}: unknown setting {key!r}{hint}; expected Config fields such as "
+                              "env, compressor, total_steps, num_envs (see --help)")
+        fields[name] = _typed(name, value, where)
+    return fields
+
+
+def _typed(name: str, value, where: str):
+    """``value`` as Config field ``name``'s type (int, float, str, bool, optional, tuple of ints)."""
+    kind = {f.name: str(f.type) for f in dataclasses.fields(Config)}[name]
+    optional = kind.startswith("Optional[")
+    base = kind[len("Optional["):-1] if optional else kind
+    if value is None and optional:
+        return None
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "str": isinstance(value, str), "bool": isinstance(value, bool),
+          "tuple[int, ...]": isinstance(value, (list, tuple)) and all(
+              isinstance(v, int) and not isinstance(v, bool) for v in value)}.get(base, True)
+    if not ok:
+        raise ConfigError(f"bad {where}: {name} = {value!r}; expected {'an optional ' if optional else 'a'} "
+                          f"{base.replace('tuple[int, ...]', 'list of integers')}")
+    return float(value) if base == "float" else tuple(value) if base == "tuple[int, ...]" else value
+
+
+def apply_preset(cfg: Config, name: str) -> Config:
+    """``cfg`` with preset ``name``'s settings.
+
+    Raises:
+      ConfigError: for an unknown name.
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"bad --preset {name!r}; expected one of {', '.join(PRESETS)}")
+    return dataclasses.replace(cfg, **PRESETS[name].settings)
+
+
+def load_settings(path: str) -> dict:
+    """The settings in a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file: a mapping of Config field names
+    (``num_envs`` or ``num-envs``) to values.
+
+    Raises:
+      ConfigError: the file is missing or unreadable, not a mapping, or names an unknown setting.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".yaml", ".yml", ".toml"):
+        raise ConfigError(f"bad --config {path!r}: expected a .yaml, .yml or .toml file")
+    try:
+        if ext == ".toml":
+            import tomllib
+
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        else:
+            import yaml
+
+            with open(path) as f:
+                data = yaml.safe_load(f)
+    except OSError as err:
+        raise ConfigError(f"bad --config {path!r}: {err.strerror or err}") from None
+    except Exception as err:  # noqa: BLE001 - a parse error of either format
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"bad --config {path!r}: not valid {ext[1:].upper()} ({first})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"bad --config {path!r}: expected a mapping of settings (e.g. 'num_envs: 64'), got a "
+                          f"{type(data).__name__}")
+    return _check_fields(data, f"--config {path!r}")
+
+
+def base_config(argv: list[str]) -> Config:
+    """The defaults the command line's flags apply to: :class:`Config`'s, then ``--preset NAME``'s, then
+    ``--config FILE``'s (both read from ``argv``, where tyro parses them again as ordinary flags).
+
+    Raises:
+      ConfigError: an unknown preset, a bad settings file.
+    """
+    def value(name: str):
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    cfg = Config()
+    preset, path = value("--preset"), value("--config")
+    if preset is not None:
+        cfg = apply_preset(cfg, preset)
+    if path is not None:
+        cfg = dataclasses.replace(cfg, **load_settings(path))
+    return dataclasses.replace(cfg, preset=preset, config=path)

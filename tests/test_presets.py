@@ -1,0 +1,68 @@
+"""Presets (--preset), settings files (--config) and the flags that override them; --lambda, --hidden-sizes,
+--no-anneal-lr. Parsing only, except one tiny training run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accerl_jax import loop, train
+from accerl_jax.config import Config, ConfigError, validate
+from accerl_jax.presets import PRESETS
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_loads_into_a_valid_configuration(name):
+    cfg = train.parse_config(["--preset", name])
+    validate(cfg)
+    for field, value in PRESETS[name].settings.items():
+        assert getattr(cfg, field) == value, field
+    assert cfg.preset == name and PRESETS[name].source  # every preset says where its values come from
+
+
+def test_config_file_then_flags_override(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("num-envs: 8\nlearning_rate: 0.0005\nhidden_sizes: [32, 16]\nlambda: 0.9\n")
+    cfg = train.parse_config(["--preset", "minatar", "--config", str(path), "--learning-rate", "0.002"])
+    assert (cfg.env, cfg.num_envs, cfg.learning_rate, cfg.hidden_sizes, cfg.lambda_) == (
+        "gymnax:Breakout-MinAtar", 8, 0.002, (32, 16), 0.9)
+    toml = tmp_path / "cfg.toml"
+    toml.write_text('compressor = "none"\nrollout_length = 8\n')
+    assert train.parse_config(["--config", str(toml)]).rollout_length == 8
+    assert train.parse_config(["--lambda", "0.95"]).lambda_ == 0.95 == train.parse_config(["--lambda_", "0.95"]).lambda_
+
+
+@pytest.mark.parametrize("content, suffix, needle", [
+    ("num_env: 8\n", ".yaml", "unknown setting 'num_env' (perhaps num_envs"),
+    ("num_envs: eight\n", ".yaml", "num_envs = 'eight'; expected a int"),
+    ("- 1\n- 2\n", ".yaml", "expected a mapping of settings"),
+    ("num_envs: [8\n", ".yaml", "not valid YAML"),
+    ("num_envs = \n", ".toml", "not valid TOML"),
+    ("num_envs: 8\n", ".json", "expected a .yaml, .yml or .toml file"),
+])
+def test_bad_settings_files_exit_2_naming_what_to_fix(tmp_path, capsys, content, suffix, needle):
+    path = tmp_path / f"cfg{suffix}"
+    path.write_text(content)
+    assert train.main(["--config", str(path), "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and str(path) in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_preset_and_missing_file_exit_2(tmp_path, capsys):
+    assert train.main(["--preset", "pong"]) == 2
+    assert "bad --preset 'pong'; expected one of classic, minatar, atari, mujoco" in capsys.readouterr().err
+    assert train.main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "No such file" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="bad --hidden-sizes 0 8"):
+        validate(Config(hidden_sizes=(0, 8)))
+
+
+def test_preset_with_hidden_sizes_and_constant_learning_rate_trains(tmp_path):
+    cfg = train.parse_config(["--preset", "classic", "--hidden-sizes", "32", "32", "32", "--no-anneal-lr",
+                              "--total-steps", str(4 * 8 * 4), "--num-envs", "4", "--rollout-length", "8",
+                              "--compressor", "distill:tiny", "--log-every", "2", "--checkpoint-every", "0",
+                              "--logdir", str(tmp_path / "run"), "--no-progress"])
+    summary = loop.train(cfg)
+    assert list(summary["learner_network"]["widths"]) == [32, 32, 32] and summary["updates"] == 4
+    assert summary["learning_rate"] == pytest.approx(1e-3)  # not annealed: the last update's rate is the first's
+    assert np.isfinite(summary["final_return_mean"] or 0.0)
