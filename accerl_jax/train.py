@@ -12,9 +12,7 @@ import os
 import signal
 import sys
 
-import tyro
-
-from accerl_jax import presets
+from accerl_jax import cli, presets
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.signals import exit_code
 
@@ -34,7 +32,7 @@ def parse_config(argv: list[str]) -> Config:
     Raises:
       ConfigError: an unknown preset or a bad settings file.
     """
-    return tyro.cli(Config, args=argv, default=presets.base_config(argv), prog="python -m accerl_jax.train")
+    return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,3 +66,24 @@ def test_preset_with_hidden_sizes_and_constant_learning_rate_trains(tmp_path):
     assert list(summary["learner_network"]["widths"]) == [32, 32, 32] and summary["updates"] == 4
     assert summary["learning_rate"] == pytest.approx(1e-3)  # not annealed: the last update's rate is the first's
     assert np.isfinite(summary["final_return_mean"] or 0.0)
+
+
+def test_help_groups_every_flag_once_with_the_common_ones_first(capsys):
+    import dataclasses
+
+    from accerl_jax import cli
+
+    grouped = [f for _, _, fields in cli.GROUPS for f in fields]
+    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(Config)), "a Config field is in no group or two"
+    docs = cli.field_docs()
+    assert set(docs) == set(grouped) and all(docs.values())  # every flag has its help
+    with pytest.raises(SystemExit):
+        train.parse_config(["--help"])
+    out = capsys.readouterr().out
+    import re
+
+    defined = re.findall(r"^[^a-zA-Z0-9-]*(--[a-z0-9-]+)", out, flags=re.M)  # each flag where its help starts
+    order = [defined.index(flag) for flag in ("--env", "--total-steps", "--seed", "--learning-rate", "--distill-steps",
+                                              "--queue-size", "--checkpoint-every", "--coordinator-address")]
+    assert order == sorted(order), "the common flags come first, then the groups in order"
+    assert "common options" in out and "hosts options" in out
