@@ -68,8 +68,9 @@ def check_out(out: str) -> None:
 
 
 def held_observations(trained, seed: int):
-    """``[HELD_ENVS * HELD_STEPS, *obs_shape]`` observations visited by ``trained``'s learner policy on
-    fresh envs of its env id (sampled actions)."""
+    """``(obs, learner_out)``: ``[HELD_ENVS * HELD_STEPS, *obs_shape]`` observations visited by
+    ``trained``'s learner policy on fresh envs of its env id (sampled actions), and the learner's policy
+    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``."""
     import jax
     import numpy as np
 
@@ -81,13 +82,15 @@ def held_observations(trained, seed: int):
     step = jax.jit(env.step) if env.info.jittable else env.step
     env_state, obs = (jax.jit(env.reset) if env.info.jittable else env.reset)(jax.random.PRNGKey(seed))
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 3)
-    seen = []
+    seen, outs = [], []
     for _ in range(HELD_STEPS):
-        seen.append(np.asarray(obs))
         key, sub = jax.random.split(key)
-        env_state, tr = step(env_state, np.asarray(forward(obs, sub)[0]))
+        action, _, out = forward(obs, sub)
+        seen.append(np.asarray(obs))
+        outs.append(np.asarray(out))
+        env_state, tr = step(env_state, np.asarray(action))
         obs = tr.obs
-    return np.concatenate(seen)
+    return np.concatenate(seen), np.concatenate(outs)
 
 
 def export_program(apply, params, info) -> bytes:
@@ -111,23 +114,34 @@ def export(args: Args) -> dict:
     Raises:
       ConfigError: a bad flag, run folder or ``--out`` (module docstring), before anything is written.
     """
+    from accerl_jax import trained as trained_lib
+
+    check_out(args.out)
+    loaded = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=1, seed=args.seed,
+                              seed_index=args.seed_index)
+    return export_trained(loaded, args.out, seed=args.seed)
+
+
+def export_trained(trained, out: str, *, seed: int = 1) -> dict:
+    """Write ``trained``'s (:class:`accerl_jax.trained.Trained`) ``policy.jax`` and ``policy.json`` into
+    ``out`` (module docstring); returns the JSON record. ``seed``: of the held observations' envs."""
     import jax
     import numpy as np
 
     from accerl_jax import networks
-    from accerl_jax import trained as trained_lib
+    from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
+    from accerl_jax.trained import make_forward
 
-    check_out(args.out)
-    trained = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=1, seed=args.seed,
-                               seed_index=args.seed_index)
     info = trained.info
     program = export_program(trained.apply, trained.params, info)
     learner_program = export_program(trained.learner_apply, trained.learner_params, info)
-    held = held_observations(trained, args.seed)
+    held, learner_out = held_observations(trained, seed)
     # The deserialized program against the framework's forward on the held observations, one key.
-    key = jax.random.PRNGKey(args.seed)
+    key = jax.random.PRNGKey(seed)
     exported = jax.export.deserialize(bytearray(program)).call(held, key)
-    framework = jax.jit(trained_lib.make_forward(trained.apply, trained.params, info.continuous))(held, key)
+    framework = jax.jit(make_forward(trained.apply, trained.params, info.continuous))(held, key)
+    measure = gaussian_policy_divergence if info.continuous else policy_divergence
+    divergence = {k: float(v) for k, v in measure(learner_out, framework[2]).items()}
     float_bytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(trained.params))
     action = ({"kind": "box", "shape": list(info.action_shape), "low": list(info.action_low),
                "high": list(info.action_high)} if info.continuous else {"kind": "discrete", "n": info.num_actions})
@@ -139,29 +153,29 @@ def export(args: Args) -> dict:
         "obs_shape": list(info.obs_shape),
         "obs_dtype": info.obs_dtype,
         "action_space": action,
-        "policy": args.policy,
-        "compressor": trained.cfg.compressor if args.policy == "actor" else "none",
+        "policy": trained.policy,
+        "compressor": trained.cfg.compressor if trained.policy == "actor" else "none",
         "run_compressor": trained.cfg.compressor,
         "run_dir": trained.run_dir,
         "checkpoint_update": trained.step,
         "param_count": networks.param_count(trained.params),
         "param_bytes": networks.param_bytes(trained.params),
-        "param_bytes_if_float32": float_bytes,
+        "param_bytes_if_float32": float_bytes,  # the same arrays stored as float32: what int8 saves
         "program_bytes": len(program),
         "learner_param_count": networks.param_count(trained.learner_params),
         "learner_param_bytes": networks.param_bytes(trained.learner_params),
         "learner_program_bytes": len(learner_program),
         "program_size_vs_learner": len(program) / len(learner_program),
         "held_observations": int(held.shape[0]),
-        **{k: v for k, v in trained_lib.divergence(trained, held).items()},
+        **divergence,
         "exported_matches_framework": {
             "actions_equal": bool(np.array_equal(np.asarray(exported[0]), np.asarray(framework[0]))),
             "policy_out_max_abs_diff": float(np.max(np.abs(np.asarray(exported[2]) - np.asarray(framework[2])))),
         },
     }
-    os.makedirs(args.out, exist_ok=True)
-    _write_atomic(os.path.join(args.out, PROGRAM_FILE), program)
-    _write_atomic(os.path.join(args.out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
+    os.makedirs(out, exist_ok=True)
+    _write_atomic(os.path.join(out, PROGRAM_FILE), program)
+    _write_atomic(os.path.join(out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
     return record
 
 
