@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Optional
+from typing import Annotated, Optional
 
 import tyro
 
@@ -30,7 +30,7 @@ DIVERGENCE_OBS = 512  # at most this many visited observations for the KL/agreem
 class Args:
     """Evaluate a trained run's policy on fresh episodes; writes <RUN_DIR>/eval.json."""
 
-    run_dir: tyro.conf.Positional[str]
+    run_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN_DIR")]
     """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
     episodes: int = 100
     """Whole episodes to play (over all environments)."""
@@ -43,7 +43,7 @@ class Args:
     seed: int = 1
     """Seed of the fresh environments and of the action sampling."""
     video: Optional[str] = None
-    """Also write one episode (the first env's first) as an animated .gif or .mp4 to this path."""
+    """Also write one episode (on one more fresh env, seeded with --seed) as an animated .gif or .mp4 here."""
     step: Optional[int] = None
     """Evaluate checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
     seed_index: int = 0

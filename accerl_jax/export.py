@@ -21,7 +21,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Optional
+from typing import Annotated, Optional
 
 import tyro
 
@@ -36,7 +36,7 @@ HELD_ENVS, HELD_STEPS = 16, 64  # held observations: 16 fresh envs x 64 steps of
 class Args:
     """Export a trained run's policy as a serialized JAX (StableHLO) program plus a JSON description."""
 
-    run_dir: tyro.conf.Positional[str]
+    run_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN_DIR")]
     """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
     out: str
     """Folder to write policy.jax and policy.json into (created if missing)."""
