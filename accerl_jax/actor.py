@@ -39,8 +39,12 @@ def sample_action(
     With ``continuous``, samples the diagonal Gaussian instead: ``(action [B, D] float32, log_prob [B])``,
     the log-prob summed over the ``D`` dimensions.
     """
-    out = apply(params, obs)[0]
-    pi = policy_distribution(out, continuous)
+    return sample_from(apply(params, obs)[0], key, continuous)
+
+
+def sample_from(policy_out: jax.Array, key: jax.Array, continuous: bool = False) -> tuple[jax.Array, jax.Array]:
+    """:func:`sample_action` given the network's policy output ``[B, A]`` logits (or ``[B, 2D]``)."""
+    pi = policy_distribution(policy_out, continuous)
     # sample + log_prob, not sample_and_log_prob: the latter relies on rank promotion, which our tests forbid.
     action = pi.sample(seed=key)
     action = action.astype(jnp.float32) if continuous else action.astype(jnp.int32)

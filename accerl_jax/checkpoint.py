@@ -172,42 +172,66 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> Resum
       ConfigError: naming the path and what is wrong (missing, not a checkpoint, half-written, not the
         latest, other logdir, incompatible configuration, unreadable record).
     """
-    path = os.path.normpath(resume)
+    point = find_checkpoint(resume, "--resume", latest_only=True, logdir=logdir)
+    diffs = config_differences(point.meta["config"], config)
+    if diffs:
+        raise ConfigError(f"bad --resume {resume!r}: checkpoint {point.step} was written by a different configuration "
+                          f"({'; '.join(diffs)}); pass the same flags to resume it")
+    return point
+
+
+def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: Optional[str] = None) -> ResumePoint:
+    """Find a finished checkpoint and read its JSON record (configuration, bookkeeping, leaf records);
+    writes nothing.
+
+    Args:
+      path: a run folder (its latest checkpoint) or a checkpoint folder ``<run>/checkpoints/<update>``.
+      what: how the user gave ``path`` (``"--resume"``, ``"RUN_DIR"``), for the error messages.
+      latest_only: refuse a checkpoint folder that is not the run's latest (resuming from it would
+        overwrite later ones).
+      logdir: if given, ``path`` must belong to this run folder (``--logdir`` with ``--resume``).
+
+    Raises:
+      ConfigError: ``bad <what> <path>: ...`` naming what is wrong (missing, not a run, no finished
+        checkpoint, half-written, not the latest, unreadable or foreign record).
+    """
+    path_in = path
+    path = os.path.normpath(path)
     if not os.path.isdir(path):
-        raise ConfigError(f"bad --resume {resume!r}: no such folder; expected a run folder holding "
+        raise ConfigError(f"bad {what} {path_in!r}: no such folder; expected a run folder holding "
                           f"{CHECKPOINT_DIR}/ or a checkpoint folder <run>/{CHECKPOINT_DIR}/<update>")
     parent = os.path.dirname(path)
     if os.path.basename(parent) == CHECKPOINT_DIR:
         run, name = os.path.dirname(parent), os.path.basename(path)
         if not name.isdigit():
-            raise ConfigError(f"bad --resume {resume!r}: not a finished checkpoint (a half-written one "
+            raise ConfigError(f"bad {what} {path_in!r}: not a finished checkpoint (a half-written one "
                               "is never used); expected <run>/checkpoints/<update>")
         step = int(name)
     else:
         run, step = path, None
     if not os.path.isdir(os.path.join(run, CHECKPOINT_DIR)):
-        raise ConfigError(f"bad --resume {resume!r}: no {CHECKPOINT_DIR}/ folder there; expected a run folder "
+        raise ConfigError(f"bad {what} {path_in!r}: no {CHECKPOINT_DIR}/ folder there; expected a run folder "
                           "written with checkpoints, or one of its checkpoint folders")
     if logdir is not None and os.path.realpath(logdir) != os.path.realpath(run):
-        raise ConfigError(f"bad --logdir {logdir!r} with --resume {resume!r}: a resumed run continues in its "
+        raise ConfigError(f"bad --logdir {logdir!r} with {what} {path_in!r}: a resumed run continues in its "
                           f"own folder {run!r}; leave --logdir out or set it to that folder")
     with _quiet_absl():
         try:
             manager = _manager(run, read_only=True)
             steps = list(manager.all_steps())
         except Exception as err:  # orbax raises several kinds for an unreadable folder
-            raise ConfigError(f"bad --resume {resume!r}: cannot read its checkpoints ({err})") from None
+            raise ConfigError(f"bad {what} {path_in!r}: cannot read its checkpoints ({err})") from None
         if not steps:
-            raise ConfigError(f"bad --resume {resume!r}: no finished checkpoint in {os.path.join(run, CHECKPOINT_DIR)!r} "
+            raise ConfigError(f"bad {what} {path_in!r}: no finished checkpoint in {os.path.join(run, CHECKPOINT_DIR)!r} "
                               "(a half-written one is never used)")
         latest = max(steps)
         if step is None:
             step = latest
         elif step not in steps:
-            raise ConfigError(f"bad --resume {resume!r}: not a finished checkpoint of that run (finished: "
+            raise ConfigError(f"bad {what} {path_in!r}: not a finished checkpoint of that run (finished: "
                               f"{', '.join(map(str, sorted(steps)))})")
-        elif step != latest:
-            raise ConfigError(f"bad --resume {resume!r}: update {step} is not the run's latest checkpoint "
+        elif latest_only and step != latest:
+            raise ConfigError(f"bad {what} {path_in!r}: update {step} is not the run's latest checkpoint "
                               f"({latest}); resuming from it would overwrite later ones. Copy the run folder "
                               "and resume the copy, or resume the latest")
         import orbax.checkpoint as ocp
@@ -215,17 +239,48 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> Resum
         try:
             meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
         except Exception as err:
-            raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} is damaged (its record cannot be "
+            raise ConfigError(f"bad {what} {path_in!r}: checkpoint {step} is damaged (its record cannot be "
                               f"read: {type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
         finally:
             manager.close()
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
-        raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} has no accerl_jax record of format {FORMAT}")
-    diffs = config_differences(meta["config"], config)
-    if diffs:
-        raise ConfigError(f"bad --resume {resume!r}: checkpoint {step} was written by a different configuration "
-                          f"({'; '.join(diffs)}); pass the same flags to resume it")
+        raise ConfigError(f"bad {what} {path_in!r}: checkpoint {step} has no accerl_jax record of format {FORMAT}")
     return ResumePoint(run, step, meta)
+
+
+def read_checked(point: ResumePoint, what: str) -> dict:
+    """``{leaf path: numpy array}`` of checkpoint ``point``, each leaf checked against the SHA-256
+    recorded when it was saved; no template needed (paths as in :class:`TrainState`, e.g.
+    ``".learner.params['params']['dense_0']['kernel']"``).
+
+    Raises:
+      ConfigError: ``bad <what>: checkpoint ... is damaged`` (unreadable data or a digest mismatch).
+    """
+    import orbax.checkpoint as ocp
+
+    _ignore_closed_loop_callbacks()
+    where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"
+    records = point.meta.get("leaves")
+    if not isinstance(records, list):
+        raise ConfigError(f"bad {what}: {where} has no leaf records; it was not written by accerl_jax")
+    shapes = {_leaf_key(i): np.zeros(tuple(r["shape"]), r["dtype"]) for i, r in enumerate(records)}
+    with _quiet_absl():
+        manager = _manager(point.logdir, read_only=True)
+        try:
+            items = manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
+        except Exception as err:
+            raise ConfigError(f"bad {what}: {where} is damaged ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200]})") from None
+        finally:
+            manager.close()
+    out = {}
+    for i, record in enumerate(records):
+        value = np.asarray(items[_leaf_key(i)])
+        if _digest(value) != record["sha256"]:
+            raise ConfigError(f"bad {what}: {where} is damaged (leaf {record['path']} does not match the SHA-256 "
+                              "recorded when it was saved)")
+        out[record["path"]] = value
+    return out
 
 
 def _ignore_closed_loop_callbacks() -> None:
@@ -458,6 +513,6 @@ def host_key_only(carry, jittable: bool):
 
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS",
-    "config_differences", "find_resume_point", "host_leaves", "read_leaves", "trim_metrics", "host_key_only",
+    "config_differences", "find_checkpoint", "find_resume_point", "read_checked", "host_leaves", "read_leaves", "trim_metrics", "host_key_only",
     "lock_run", "remove_run",
 ]

@@ -99,6 +99,24 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
     )
 
 
+def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool) -> Compressor:
+    """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``.
+
+    Raises:
+      ConfigError: a bad ``--compressor`` (or ``--auto-candidates``) string.
+    """
+    try:
+        if cfg.compressor == "auto":
+            return make_auto_compressor(cfg, spec, learner_apply, continuous)
+        return make_compressor(
+            cfg.compressor, spec, learner_apply,
+            distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
+            distill_async=cfg.distill_async,
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 @dataclasses.dataclass
 class Run:
     """Everything a loop needs, built by :func:`setup`.
@@ -202,17 +220,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
                           "nothing to resume")
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
-    try:
-        if cfg.compressor == "auto":
-            compressor = make_auto_compressor(cfg, spec, learner_apply, info.continuous)
-        else:
-            compressor = make_compressor(
-                cfg.compressor, spec, learner_apply,
-                distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
-                distill_async=cfg.distill_async,
-            )
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous)
     if before_write is not None:
         before_write()
     if logdir is None:  # a multi-host process other than 0: its files are thrown away

@@ -15,7 +15,8 @@ NOTEBOOKS = sorted(f for f in os.listdir(NB_DIR) if f.endswith(".ipynb"))
 EXPECTED_FILES = {
     "quickstart.ipynb": ["runs/quickstart-s0/summary.json", "runs/quickstart-s1/metrics.jsonl",
                          "runs/quickstart-plots/returns.png", "runs/quickstart-plots/time_breakdown.png",
-                         "runs/quickstart-plots/divergence.png"],
+                         "runs/quickstart-plots/divergence.png", "runs/quickstart-s0/eval.json",
+                         "runs/quickstart-episode.gif", "runs/quickstart-exported/policy.jax"],
     "custom_compressor.ipynb": ["runs/custom-fp16/summary.json"],
     "custom_env.ipynb": ["runs/custom-env-lever/summary.json"],
 }

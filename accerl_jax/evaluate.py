@@ -1,0 +1,252 @@
+"""Command line: ``python -m accerl_jax.evaluate RUN_DIR [--episodes N] [--policy learner|actor] [--greedy]
+[--num-envs B] [--seed S] [--video PATH] [--step K]``; ``--help`` lists all flags.
+
+Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.trained`) on fresh environments of the
+run's env id, through the same adapters as training (:mod:`accerl_jax.envs`: episode ends and time
+limits as the learner saw them), prints the return and length statistics and writes them atomically to
+``<RUN_DIR>/eval.json``; nothing else in the run folder changes. Each of the ``B`` envs plays a fixed
+quota of the ``N`` episodes (``N // B``, one more for the first ``N % B``), so short episodes are not
+over-represented. ``--video`` writes one episode as an animated GIF or MP4 (:mod:`accerl_jax.video`).
+Bad input exits with status 2 and one line naming it (no traceback).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Annotated, Optional
+
+import tyro
+
+from accerl_jax.config import ConfigError
+
+EVAL_FILE = "eval.json"
+CHUNK = 32  # agent steps per jitted call between progress-bar updates (jittable envs)
+DIVERGENCE_OBS = 512  # at most this many visited observations for the KL/agreement of --policy actor
+
+
+@dataclasses.dataclass
+class Args:
+    """Evaluate a trained run's policy on fresh episodes; writes <RUN_DIR>/eval.json."""
+
+    run_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN_DIR")]
+    """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
+    episodes: int = 100
+    """Whole episodes to play (over all environments)."""
+    policy: str = "learner"
+    """'learner' (the learner's policy) or 'actor' (the run's compressed actor, as it ran)."""
+    greedy: bool = False
+    """Take the most likely action (continuous: the mean) instead of sampling as the actor does."""
+    num_envs: int = 16
+    """Environments stepped together."""
+    seed: int = 1
+    """Seed of the fresh environments and of the action sampling."""
+    video: Optional[str] = None
+    """Also write one episode (on one more fresh env, seeded with --seed) as an animated .gif or .mp4 here."""
+    step: Optional[int] = None
+    """Evaluate checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
+    seed_index: int = 0
+    """For a --num-seeds run: which of its seeds (0-based)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def check_args(args: Args) -> None:
+    """The checks the flags alone decide, before the run folder is read.
+
+    Raises:
+      ConfigError: naming the bad flag and value and what is accepted.
+    """
+    from accerl_jax.trained import POLICIES
+    from accerl_jax.video import check_video_path
+
+    if not 0 < args.episodes <= 10_000_000:
+        raise ConfigError(f"bad --episodes {args.episodes}; expected an integer in [1, 10^7]")
+    if not 0 < args.num_envs <= 65536:
+        raise ConfigError(f"bad --num-envs {args.num_envs}; expected an integer in [1, 65536]")
+    if not 0 <= args.seed < 2**31:
+        raise ConfigError(f"bad --seed {args.seed}; expected an integer in [0, 2^31)")
+    if args.policy not in POLICIES:
+        raise ConfigError(f"bad --policy {args.policy!r}; expected one of {', '.join(POLICIES)}")
+    if args.step is not None and args.step < 0:
+        raise ConfigError(f"bad --step {args.step}; expected a checkpoint's update (an integer >= 0)")
+    if args.video is not None:
+        check_video_path(args.video)
+
+
+def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False) -> dict:
+    """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.trained.Trained`) on its env.
+
+    Returns:
+      ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
+      [<= DIVERGENCE_OBS, *obs_shape] numpy array of visited observations}``; episodes in the order they
+      finished.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from accerl_jax.trained import make_forward
+
+    env, info = trained.env, trained.info
+    b = info.num_envs
+    quota = np.full(b, episodes // b) + (np.arange(b) < episodes % b)
+    forward = make_forward(trained.apply, trained.params, info.continuous)
+
+    def act(obs, key):
+        action, best, _ = forward(obs, key)
+        return best if greedy else action
+
+    def one(carry):
+        env_state, obs, key = carry
+        key, sub = jax.random.split(key)
+        env_state, tr = env.step(env_state, act(obs, sub))
+        done = jnp.logical_and(jnp.logical_or(tr.terminated, tr.truncated), tr.valid)
+        return (env_state, tr.obs, key), (obs, done, tr.episode_return, tr.episode_length)
+
+    if info.jittable:
+        chunk = jax.jit(lambda c: jax.lax.scan(lambda c, _: one(c), c, None, length=CHUNK))
+        env_state, obs = jax.jit(env.reset)(jax.random.PRNGKey(seed))
+    else:
+        step_policy = jax.jit(act)
+
+        def chunk(carry):  # host envs: the policy jitted, the env stepped from Python
+            env_state, obs, key = carry
+            key, sub = jax.random.split(key)
+            env_state, tr = env.step(env_state, np.asarray(step_policy(obs, sub)))
+            done = np.logical_and(np.logical_or(tr.terminated, tr.truncated), tr.valid)
+            out = (np.asarray(obs), done, np.asarray(tr.episode_return), np.asarray(tr.episode_length))
+            return (env_state, tr.obs, key), jax.tree.map(lambda x: x[None], out)
+
+        env_state, obs = env.reset(jax.random.PRNGKey(seed))
+    carry = (env_state, obs, jax.random.fold_in(jax.random.PRNGKey(seed), 1))
+    counts = np.zeros(b, np.int64)
+    returns, lengths, seen = [], [], []
+    bar = _progress_bar(episodes) if progress else None
+    try:
+        while (counts < quota).any():
+            carry, (obs_t, done, ret, length) = chunk(carry)
+            done, ret, length = np.asarray(done), np.asarray(ret), np.asarray(length)
+            if sum(len(o) for o in seen) < DIVERGENCE_OBS:
+                seen.append(np.asarray(obs_t).reshape((-1,) + tuple(info.obs_shape)))
+            for t, i in zip(*np.nonzero(done)):  # time-major: in the order the episodes ended
+                if counts[i] < quota[i]:
+                    counts[i] += 1
+                    returns.append(float(ret[t, i]))
+                    lengths.append(int(length[t, i]))
+            if bar is not None:
+                bar[0].update(bar[1], completed=len(returns),
+                              ret=f"{np.mean(returns):.1f}" if returns else "-")
+    finally:
+        if bar is not None:
+            bar[0].stop()
+    return {"returns": returns, "lengths": lengths, "obs": np.concatenate(seen)[:DIVERGENCE_OBS]}
+
+
+def _progress_bar(total: int):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]eval"), BarColumn(), TextColumn("{task.completed:>6,}/{task.total:,} episodes"),
+                        TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
+    task = progress.add_task("eval", total=total, ret="-")
+    progress.start()
+    return progress, task
+
+
+def stats(values) -> dict:
+    """``{"mean", "std", "min", "max"}`` of a list of numbers (population std), as floats."""
+    import numpy as np
+
+    x = np.asarray(values, np.float64)
+    return {"mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
+
+
+def evaluate(args: Args) -> dict:
+    """Evaluate as the CLI does and return the record written to ``<RUN_DIR>/eval.json``.
+
+    Raises:
+      ConfigError: any bad flag or run folder (see the module docstring), before anything is written.
+    """
+    from accerl_jax import trained as trained_lib
+
+    check_args(args)
+    trained = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=args.num_envs,
+                               seed=args.seed, seed_index=args.seed_index)
+    out_path = os.path.join(trained.run_dir, EVAL_FILE)
+    if not os.access(trained.run_dir, os.W_OK):
+        raise ConfigError(f"bad {trained_lib.WHAT} {args.run_dir!r}: cannot write {EVAL_FILE} there (no write "
+                          "permission); copy the run folder somewhere writable")
+    played = play(trained, args.episodes, greedy=args.greedy, seed=args.seed, progress=args.progress)
+    record = {
+        "run_dir": trained.run_dir,
+        "checkpoint_update": trained.step,
+        "env": trained.cfg.env,
+        "compressor": trained.cfg.compressor,
+        "policy": args.policy,
+        "greedy": args.greedy,
+        "episodes": len(played["returns"]),
+        "num_envs": args.num_envs,
+        "seed": args.seed,
+        "return": stats(played["returns"]),
+        "length": stats(played["lengths"]),
+    }
+    if args.policy == "actor":
+        # The actor against the learner on the states this evaluation visited, beside the run's own last
+        # logged values (its summary.json, measured on training rollouts).
+        record.update({f"eval_obs_{k}": v for k, v in trained_lib.divergence(trained, played["obs"]).items()})
+        summary = _read_json(os.path.join(trained.run_dir, "summary.json"))
+        record["run_kl_learner_actor"] = summary.get("kl_learner_actor")
+        record["run_action_agreement"] = summary.get("action_agreement")
+    if args.video is not None:
+        from accerl_jax.video import record_episode, write_video
+
+        frames = record_episode(trained, greedy=args.greedy, seed=args.seed)
+        write_video(frames, trained.info, args.video)
+        record["video"] = args.video
+        record["video_frames"] = len(frames)
+    _write_atomic(out_path, json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(Args, args=argv, prog="python -m accerl_jax.evaluate")
+    try:
+        record = evaluate(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    r, n = record["return"], record["length"]
+    print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "
+          f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}): {record['episodes']} episodes, "
+          f"return {r['mean']:.2f} ± {r['std']:.2f} (min {r['min']:.1f}, max {r['max']:.1f}), "
+          f"length {n['mean']:.1f} ± {n['std']:.1f}")
+    if "eval_obs_kl_learner_actor" in record:
+        run_kl = record["run_kl_learner_actor"]
+        print(f"actor vs learner on evaluated states: KL {record['eval_obs_kl_learner_actor']:.4g} nats, agreement "
+              f"{record['eval_obs_action_agreement']:.3f}" + (f" (run's last log: KL {run_kl:.4g}, agreement "
+                                                             f"{record['run_action_agreement']:.3f})" if run_kl is not None else ""))
+    if "video" in record:
+        print(f"video ({record['video_frames']} frames): {record['video']}")
+    print(f"written: {os.path.join(record['run_dir'], EVAL_FILE)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

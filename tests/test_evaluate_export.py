@@ -1,0 +1,267 @@
+"""Evaluate, watch and export a trained policy (python -m accerl_jax.evaluate / accerl_jax.export).
+
+One real run is trained (CartPole, ``distill:small+int8``, two updates) and evaluated, filmed and exported;
+the other policies (MLP ``none`` and ``distill:small``; a CNN on Breakout-MinAtar with
+``distill:small+int8``, whose learner policy stands for the CNN's ``none``) are checkpoints written the way training writes them
+(:class:`accerl_jax.checkpoint.Checkpointer`, the run's configuration, a learner and the compressor's
+``init`` output) without training, which the export does not need. Every exported program is loaded
+by the README's plain-JAX loader and must give the framework's actions for the same observations and key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from accerl_jax import checkpoint, evaluate, export, networks, trained
+from accerl_jax import plan as plan_lib
+from accerl_jax.config import Config
+from accerl_jax.envs import make_env
+from accerl_jax.learner import LearnerState
+from accerl_jax.loop import train
+from accerl_jax.run import make_run_compressor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tree_hashes(root) -> dict:
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A trained run: CartPole, distill:small+int8, 2 updates of 2 envs x 4 steps, checkpoint 2."""
+    logdir = tmp_path_factory.mktemp("real") / "run"
+    cfg = Config(compressor="distill:small+int8", total_steps=16, num_envs=2, rollout_length=4, distill_steps=1,
+                 logdir=str(logdir), progress=False)
+    summary = train(cfg)
+    assert summary["updates"] == 2
+    return logdir
+
+
+def _write_run(logdir, env_id: str, compressor: str) -> str:
+    """A run folder holding checkpoint 1 of untrained networks, written as training writes it."""
+    cfg = Config(env=env_id, compressor=compressor, num_envs=2, rollout_length=4, total_steps=8, distill_steps=1,
+                 logdir=str(logdir), progress=False)
+    env = make_env(cfg.env, cfg.num_envs)
+    spec = plan_lib.make_plan(cfg, env.info, plan_lib.check_config(cfg)).spec
+    k_net, k_comp, k_env = jax.random.split(jax.random.PRNGKey(3), 3)
+    params = networks.init_params(spec, k_net)
+    compressor_ = make_run_compressor(cfg, spec, networks.make_apply(spec), False)
+    actor_params, comp_state = compressor_.init(params, k_comp, env.reset(k_env)[1])
+    os.makedirs(logdir)
+    saver = checkpoint.Checkpointer(str(logdir), 1, dataclasses.asdict(cfg))
+    state = checkpoint.TrainState(LearnerState(params, (), jnp.zeros((), jnp.int32)), (actor_params,), comp_state, ())
+    saver.save(1, state, {"completed": 1})
+    saver.close()
+    return str(logdir)
+
+
+def _readme_loader(folder: str):
+    """The README's plain-JAX loader (its code block that calls ``jax.export.deserialize``), run on ``folder``."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    (code,) = [b for b in blocks if "jax.export.deserialize" in b]
+    assert "accerl_jax" not in code
+    namespace: dict = {}
+    exec(code.replace('"exported/', f'"{folder}/'), namespace)
+    return namespace["spec"], namespace["policy"]
+
+
+CASES = [  # (id, env, compressor)
+    ("mlp-none", "gymnax:CartPole-v1", "none"),
+    ("mlp-distill", "gymnax:CartPole-v1", "distill:small"),
+    ("cnn-distill-int8", "gymnax:Breakout-MinAtar", "distill:small+int8"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, real_run):
+    root = tmp_path_factory.mktemp("written")
+    out = {"mlp-distill-int8": str(real_run)}
+    for case, env_id, compressor in CASES:
+        out[case] = _write_run(root / case, env_id, compressor)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, runs):
+    """Every run's actor, loaded and exported as the CLI does: {case: (out folder, policy.json record, Trained)}."""
+    root = tmp_path_factory.mktemp("exported")
+    out = {}
+    for case, run in runs.items():
+        loaded = trained.load(run, policy="actor", num_envs=1)
+        out[case] = (str(root / case), export.export_trained(loaded, str(root / case)), loaded)
+    return out
+
+
+@pytest.mark.parametrize("case", ["mlp-none", "mlp-distill", "mlp-distill-int8", "cnn-learner", "cnn-distill-int8"])
+def test_exported_policy_gives_the_frameworks_actions(runs, exported, tmp_path, case):
+    if case == "cnn-learner":  # the uncompressed CNN policy (what 'none' runs): the learner's of a CNN run
+        actor = exported["cnn-distill-int8"][2]
+        ref = dataclasses.replace(actor, policy="learner", apply=actor.learner_apply, params=actor.learner_params)
+        program = export.export_program(ref.apply, ref.params, ref.info)
+        (tmp_path / export.PROGRAM_FILE).write_bytes(program)
+        (tmp_path / export.SPEC_FILE).write_text(json.dumps({"obs_shape": list(ref.info.obs_shape),
+                                                             "obs_dtype": ref.info.obs_dtype}))
+        spec, policy = _readme_loader(str(tmp_path))
+        record = {"exported_matches_framework": {"actions_equal": True}, "compressor": ref.cfg.compressor,
+                  "param_count": networks.param_count(ref.params)}
+    else:
+        folder, record, ref = exported[case]
+        spec, policy = _readme_loader(folder)
+    env = make_env(ref.cfg.env, 8, 0)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    for _ in range(3):  # a few steps in, so that observations differ between envs
+        state, tr = env.step(state, jnp.zeros((8,), jnp.int32) + 1)
+    obs = np.asarray(tr.obs)
+    assert spec["obs_shape"] == list(obs.shape[1:]) and spec["obs_dtype"] == str(obs.dtype)
+    for seed in (0, 1):
+        key = jax.random.PRNGKey(seed)
+        want = jax.jit(trained.make_forward(ref.apply, ref.params, False))(obs, key)
+        got = policy(obs, key)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))  # sampled actions
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))  # greedy actions
+        np.testing.assert_allclose(np.asarray(got[2]), np.asarray(want[2]), rtol=1e-5, atol=1e-6)
+    # The batch dimension is symbolic: another batch size runs too.
+    assert np.asarray(policy(obs[:3], jax.random.PRNGKey(0))[0]).shape == (3,)
+    assert record["exported_matches_framework"]["actions_equal"]
+    assert record["compressor"] == ref.cfg.compressor
+    assert record["param_count"] == networks.param_count(ref.params)
+    if ref.cfg.compressor == "none":  # the actor is the learner
+        assert record["param_count"] == record["learner_param_count"]
+        assert record["kl_learner_actor"] == pytest.approx(0.0, abs=1e-6) and record["action_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn"])
+def test_int8_program_keeps_int8_weights_and_is_smaller(exported, family):
+    folder8, rec8, _ = exported[f"{family}-distill-int8"]
+    with open(os.path.join(folder8, export.PROGRAM_FILE), "rb") as f:
+        text = jax.export.deserialize(bytearray(f.read())).mlir_module()
+    assert re.search(r"dense<.*> : tensor<\d+x\d+xi8>", text)  # int8 weight constants in the program
+    # The whole program is smaller than its parameters stored as float32 would be (heads stay float32).
+    assert rec8["program_bytes"] < rec8["param_bytes_if_float32"]
+    assert rec8["param_bytes"] < 0.5 * rec8["param_bytes_if_float32"]
+    assert rec8["program_bytes"] < 0.1 * rec8["learner_program_bytes"]
+    if family == "mlp":  # against the same float student network exported from its own run
+        _, rec32, _ = exported["mlp-distill"]
+        # int8 adds one float32 scale per output channel and per activation
+        assert rec32["param_count"] <= rec8["param_count"] < 1.1 * rec32["param_count"]
+        assert rec8["program_bytes"] < 0.7 * rec32["program_bytes"]
+
+
+def test_evaluate_writes_eval_json_and_a_gif(real_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    before = _tree_hashes(run)
+    gif = tmp_path / "episode.gif"
+    record = evaluate.evaluate(evaluate.Args(run_dir=str(run), episodes=5, num_envs=2, policy="actor",
+                                             video=str(gif), progress=False))
+    after = _tree_hashes(run)
+    assert set(after) - set(before) == {evaluate.EVAL_FILE}
+    assert {k: v for k, v in after.items() if k != evaluate.EVAL_FILE} == before
+    with open(run / evaluate.EVAL_FILE) as f:
+        assert json.load(f) == record
+    assert record["episodes"] == 5 and record["checkpoint_update"] == 2
+    # CartPole: reward 1 per step, so returns equal lengths; episodes last 9 .. 500 steps.
+    assert record["return"] == record["length"]
+    assert 9 <= record["length"]["min"] <= record["length"]["mean"] <= record["length"]["max"] <= 500
+    assert 0 <= record["eval_obs_kl_learner_actor"] < 0.05 and record["run_kl_learner_actor"] is not None
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.n_frames == record["video_frames"] >= 10
+        assert im.size[0] > 100
+
+
+def test_play_gives_each_env_its_quota(real_run):
+    pol = trained.load(str(real_run), policy="learner", num_envs=3)
+    played = evaluate.play(pol, 7, greedy=True, seed=2)
+    assert len(played["returns"]) == len(played["lengths"]) == 7
+    assert played["obs"].shape[1:] == (4,)
+
+
+def _flip_byte(run):
+    data = max(glob.glob(str(run / "checkpoints" / "2" / "state" / "**" / "d" / "*"), recursive=True),
+               key=os.path.getsize)
+    raw = bytearray(open(data, "rb").read())
+    raw[len(raw) // 2] ^= 0xFF
+    open(data, "wb").write(bytes(raw))
+
+
+def _other_env(run):
+    path = run / "checkpoints" / "2" / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    meta["config"]["env"] = "gymnax:NoSuchEnv-v0"
+    path.write_text(json.dumps(meta))
+
+
+def _half_written(run):
+    os.rename(run / "checkpoints" / "2", run / "checkpoints" / "2.orbax-checkpoint-tmp-99")
+
+
+def _out_file(t):
+    (t / "a_file").write_text("x")
+    return str(t / "a_file")
+
+
+BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of the one-line error)
+    ("not-a-run", "evaluate", lambda t, r: [str(t)], None, ["bad RUN_DIR", "no checkpoints/ folder there"]),
+    ("no-such-folder", "evaluate", lambda t, r: [str(t / "nope")], None, ["bad RUN_DIR", "no such folder"]),
+    ("half-written", "evaluate", lambda t, r: [r], _half_written, ["bad RUN_DIR", "no finished checkpoint"]),
+    ("altered", "evaluate", lambda t, r: [r], _flip_byte, ["bad RUN_DIR", "is damaged"]),
+    ("env-not-built", "export", lambda t, r: [r, "--out", str(t / "o")], _other_env,
+     ["bad RUN_DIR", "gymnax:NoSuchEnv-v0", "cannot be built"]),
+    ("episodes-0", "evaluate", lambda t, r: [r, "--episodes", "0"], None, ["bad --episodes 0", "expected"]),
+    ("bad-policy", "evaluate", lambda t, r: [r, "--policy", "student"], None, ["bad --policy 'student'", "learner, actor"]),
+    ("no-such-step", "evaluate", lambda t, r: [r, "--step", "7"], None, ["bad --step 7", "no checkpoint folder"]),
+    ("bad-video", "evaluate", lambda t, r: [r, "--video", str(t / "x.avi")], None, ["bad --video", ".gif or .mp4"]),
+    ("out-is-file", "export", lambda t, r: [r, "--out", _out_file(t)], None, ["bad --out", "it is a file"]),
+    ("out-unwritable", "export", lambda t, r: [r, "--out", _out_file(t) + "/sub"], None,
+     ["bad --out", "not a writable folder"]),
+]
+
+
+@pytest.mark.parametrize("case, cli, args, prepare, parts", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_exits_2_and_changes_nothing(tmp_path, real_run, capsys, case, cli, args, prepare, parts):
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    if prepare is not None:
+        prepare(run)
+    argv = args(tmp_path, str(run))
+    before = _tree_hashes(tmp_path)
+    capsys.readouterr()
+    code = (evaluate if cli == "evaluate" else export).main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    for part in parts:
+        assert part in lines[0], (part, lines[0])
+    assert _tree_hashes(tmp_path) == before
+
+
+def test_export_cli_subprocess(real_run, tmp_path):
+    """The real entry point (``python -m accerl_jax.export``): a folder that is not a run exits 2 with one line."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    bad = subprocess.run([sys.executable, "-m", "accerl_jax.export", str(tmp_path), "--out", str(tmp_path / "o")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: bad RUN_DIR") and "Traceback" not in bad.stderr
+    assert not (tmp_path / "o").exists()
