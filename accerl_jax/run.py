@@ -78,15 +78,19 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
-def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool):
+def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
+                         obs_dtype: str = "float32"):
     """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``.
 
     Raises:
       ValueError: a bad ``--auto-candidates`` list or candidate spec.
+      ConfigError: a candidate that does not fit ``spec`` (:func:`accerl_jax.plan.check_compressor`).
     """
     def make(candidate: str) -> Compressor:
-        return make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
-                               distill_learning_rate=cfg.distill_learning_rate)
+        compressor = make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
+                                     distill_learning_rate=cfg.distill_learning_rate)
+        plan_lib.check_compressor(compressor, spec, candidate, obs_dtype)
+        return compressor
 
     return auto(
         cfg.auto_candidates, spec, learner_apply, make,
@@ -203,13 +207,14 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     try:
         if cfg.compressor == "auto":
-            compressor = make_auto_compressor(cfg, spec, learner_apply, info.continuous)
+            compressor = make_auto_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype)
         else:
             compressor = make_compressor(
                 cfg.compressor, spec, learner_apply,
                 distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
                 distill_async=cfg.distill_async,
             )
+            plan_lib.check_compressor(compressor, spec, cfg.compressor, info.obs_dtype)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if before_write is not None:
