@@ -19,6 +19,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
+from accerl_jax.envs.envpool_env import envpool_seed
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
@@ -90,6 +91,11 @@ def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) ->
     if num_processes > 1 and cfg.loop not in MULTI_HOST_LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the Anakin "
                           "loop (gymnax envs) or the sequential loop; use --loop anakin, sequential or auto")
+    if cfg.env.startswith("envpool:"):
+        try:  # the last replica's block of env seeds must fit envpool's int seed
+            envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     loop = choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
     if num_processes > 1:
         check_multi_host(cfg, loop)

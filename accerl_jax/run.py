@@ -25,7 +25,7 @@ from accerl_jax.actor import make_actor
 from accerl_jax.compressor import Compressor, make_compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.envs import make_env
+from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
 from accerl_jax.shards import env_group_ids, make_global_update
 
@@ -192,8 +192,9 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         logdir = None  # made below, after every check
     wall_start = time.perf_counter()
     try:
-        # Host (envpool) envs are seeded seed, seed + 1, ...: process p takes the p-th block of num_envs.
-        env = make_env(cfg.env, cfg.num_envs, cfg.seed + pid * cfg.num_envs)
+        # Host (envpool) envs: env g of the run's num_envs x processes is seeded seed x (that total) + g;
+        # process p holds the p-th block of num_envs (envpool_seed).
+        env = make_env(cfg.env, cfg.num_envs, envpool_seed(cfg.seed, cfg.num_envs * n_proc, pid * cfg.num_envs))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
@@ -240,11 +241,12 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
     if n_proc > 1:
-        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
+        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]),
+                                       key=learner_lib.learner_key(cfg.seed))
         if not global_state:
             update = make_global_update(update, mesh)
     else:
-        state = learner_lib.init_state(params, optimizer, mesh)
+        state = learner_lib.init_state(params, optimizer, mesh, key=learner_lib.learner_key(cfg.seed))
     actor_apply = compressor.actor_apply(learner_apply)
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
