@@ -100,7 +100,8 @@ class Config:
     rollout_length: int = 16
     """Agent steps per environment per rollout (T)."""
     seed: int = 0
-    """Random seed (network init, action sampling, environments)."""
+    """Random seed (network init, action sampling, APPO's minibatch order, environments: envpool env g of the
+    run's G is seeded seed x G + g, so distinct seeds share no env seed; (seed + 1) x G must stay <= 2^31)."""
     logdir: Optional[str] = None
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""

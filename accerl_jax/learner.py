@@ -23,8 +23,11 @@ Three losses (``LossConfig.loss`` and ``LossConfig.corrector``):
   parameters θ_old the update starts from, then ``epochs`` passes of ``minibatches`` gradient steps on
   PPO's clipped surrogate (Schulman et al. 2017, https://arxiv.org/abs/1707.06347, eq. 7) with
   r_s = π_θ(a_s|x_s) / π_θold(a_s|x_s): the Corrector removes the actor's (compressed, stale) μ, the
-  clip keeps the epochs near θ_old. Minibatches are whole trajectories (columns of ``B``); each device
-  splits its own shard, and every minibatch's means are global (psum of sums over psum of counts).
+  clip keeps the epochs near θ_old. Minibatches are whole trajectories (columns of ``B``) drawn from one
+  permutation of the *global* batch per epoch (:func:`minibatch_columns`, keyed by the run's seed through
+  :attr:`LearnerState.key`); with several devices and minibatches each device gathers the batch and takes
+  its share of every minibatch, so the update is the same on any number of devices, and every
+  minibatch's means are global (psum of sums over psum of counts).
 
 One forward pass over the rollout: the values (and, for Retrace, logits and Q) a row bootstraps from are
 the next row's, from the same pass, with gradients stopped; only the observations no row starts at (the
@@ -68,7 +71,7 @@ class LossConfig:
         ``"appo"`` (not with ``retrace``). See the module docstring.
       ppo_clip: APPO's ε, the surrogate clips r_s to [1 - ε, 1 + ε].
       epochs: APPO passes over each rollout.
-      minibatches: APPO minibatches per pass (per device: each device's share of ``B`` is split).
+      minibatches: APPO minibatches per pass (of the global batch ``B``, the same on any device count).
       discount: γ per agent step.
       lambda_: V-trace λ.
       clip_rho_threshold: ρ̄.
@@ -111,7 +114,8 @@ class LossConfig:
 class LearnerState(NamedTuple):
     params: Any  # flax variables of the learner network
     opt_state: Any  # optax state
-    step: jax.Array  # [] int32, updates taken
+    step: jax.Array  # [] int32, optimizer steps taken
+    key: jax.Array  # [2] uint32 PRNG key of the learner's own draws (APPO's minibatch order), from the run's seed
 
 
 def is_continuous(batch: Rollout) -> bool:
@@ -319,6 +323,49 @@ def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg
     return jnp.sum(mask), sums
 
 
+# The learner's stream of a seed: fold_in(PRNGKey(seed), LEARNER_STREAM), apart from the split(., 3) of
+# the network, compressor and actor keys (accerl_jax.run), whose counters are 0..5.
+LEARNER_STREAM = 0x4C524E
+
+
+def learner_key(seed) -> jax.Array:
+    """The learner's PRNG key for a run seed: ``fold_in(PRNGKey(seed), LEARNER_STREAM)``, ``[2]`` uint32.
+
+    Distinct seeds (and the ``--num-seeds`` replicas ``seed + k``) get distinct keys, so they draw
+    different minibatch orders."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), LEARNER_STREAM)
+
+
+def minibatch_columns(key: jax.Array, step, batch_size: int, epochs: int, minibatches: int, num_devices: int = 1,
+                      device=0) -> jax.Array:
+    """Which trajectories (columns of the global ``[T, B]`` batch) each APPO optimizer step of one device uses.
+
+    Each epoch draws one permutation of the ``B = batch_size`` columns from ``fold_in(key, step)`` and
+    ``split`` s it into ``minibatches`` consecutive minibatches of ``B / minibatches`` columns; device ``d``
+    of ``num_devices`` takes the ``d``-th equal part of each minibatch. The minibatches are thus the same
+    whatever the device count: an update on ``N`` devices takes the same gradient steps as on one (its
+    means are global, psum of sums over psum of counts). With ``minibatches == 1`` every step uses the
+    whole batch and ``batch_size`` is the device's own share: no permutation, no gather.
+
+    Args:
+      key: ``[2]`` uint32, the learner's key (:attr:`LearnerState.key`).
+      step: ``[]`` int32 optimizer steps taken before this update (:attr:`LearnerState.step`).
+      batch_size: ``B`` (global when ``minibatches > 1``), divisible by ``minibatches * num_devices``.
+      device: this device's index on the mesh axis (``lax.axis_index``).
+
+    Returns:
+      ``[epochs * minibatches, B / (minibatches * num_devices)]`` int32 column indices (one device's share
+      of the global batch when ``minibatches == 1``: ``arange(B)`` every step).
+    """
+    if minibatches == 1:
+        return jnp.broadcast_to(jnp.arange(batch_size, dtype=jnp.int32), (epochs, batch_size))
+    keys = jax.random.split(jax.random.fold_in(key, step), epochs)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, batch_size))(keys).astype(jnp.int32)
+    share = batch_size // (minibatches * num_devices)
+    per_device = perms.reshape(epochs * minibatches, num_devices, share)
+    return jax.lax.dynamic_index_in_dim(per_device, device, axis=1, keepdims=False)
+
+
 def make_update(
     apply: ApplyFn,
     optimizer: optax.GradientTransformation,
@@ -389,19 +436,18 @@ def make_update(
         }
         if learning_rate is not None:  # the rate this step used: optax's schedule counts steps from 0
             metrics["learning_rate"] = jnp.asarray(learning_rate(state.step), jnp.float32)
-        return LearnerState(params, opt_state, state.step + 1), metrics
+        return LearnerState(params, opt_state, state.step + 1, state.key), metrics
 
     def _local(state: LearnerState, batch: Rollout):
         if cfg.loss != "appo":
             return _grad_step(state, lambda p: loss_sums(p, apply, batch, cfg))
         old = appo_targets(state.params, apply, batch, cfg)
-        b_local = batch.action.shape[1]
-        mb = b_local // cfg.minibatches
-        # One permutation of this device's trajectories per epoch; the same key on every device is fine
-        # (each permutes its own shard).
-        key = jax.random.fold_in(jax.random.PRNGKey(0), state.step)
-        perms = jnp.stack([jax.random.permutation(k, b_local) for k in jax.random.split(key, cfg.epochs)])
-        idx = perms.reshape(cfg.epochs * cfg.minibatches, mb)
+        if cfg.minibatches > 1 and n_dev > 1:
+            # Minibatches are drawn from the *global* batch: every device holds all of it (its columns in
+            # device order, as sharded) and takes its share of each minibatch's columns.
+            batch, old = jax.lax.all_gather((batch, old), AXIS, axis=1, tiled=True)
+        idx = minibatch_columns(state.key, state.step, batch.action.shape[1], cfg.epochs, cfg.minibatches,
+                                n_dev, jax.lax.axis_index(AXIS) if cfg.minibatches > 1 else 0)
 
         def step(st, cols):
             take = lambda x: jnp.take(x, cols, axis=1)  # noqa: E731
@@ -435,15 +481,19 @@ def make_mesh(devices=None) -> Mesh:
     return Mesh(np.asarray(devices), (AXIS,))
 
 
-def init_state(params, optimizer: optax.GradientTransformation, mesh: Mesh | None = None) -> LearnerState:
+def init_state(params, optimizer: optax.GradientTransformation, mesh: Mesh | None = None, *,
+               key: jax.Array) -> LearnerState:
     """Fresh :class:`LearnerState` for ``params``, replicated over ``mesh`` (default: all local devices).
+
+    ``key`` ([2] uint32, e.g. :func:`learner_key` of the run's seed) seeds the learner's own draws; it is
+    part of the state, so a checkpoint carries it and a resumed run draws what the uninterrupted one would.
 
     Placing it with the same sharding that ``update`` returns keeps ``update`` from compiling twice.
     """
     mesh = mesh or make_mesh()
-    make = jax.jit(lambda p: LearnerState(p, optimizer.init(p), jnp.zeros((), jnp.int32)),
+    make = jax.jit(lambda p, k: LearnerState(p, optimizer.init(p), jnp.zeros((), jnp.int32), k),
                    out_shardings=NamedSharding(mesh, P()))
-    return make(params)
+    return make(params, key)
 
 
 def make_schedule(learning_rate: float, total_updates: int, anneal: bool = True) -> optax.Schedule:

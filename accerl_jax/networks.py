@@ -31,6 +31,8 @@ from accerl_jax.types import ApplyFn
 
 # Width multipliers of the distillation student presets (``distill:<preset>``).
 STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125}
+# Smallest image side the CNN accepts: three unpadded 3x3 stride-1 convolutions leave 1 pixel of 7.
+MIN_CNN_SIDE = 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +188,9 @@ def default_spec(
     observations only); ``q_head`` for a Q head (discrete only).
 
     Raises:
-      ValueError: for an observation rank other than 1 or 3, continuous actions with image
-        observations, or a Q head with continuous actions.
+      ValueError: for an observation rank other than 1 or 3, images smaller than
+        :data:`MIN_CNN_SIDE` pixels a side (the convolutions would leave no features), continuous
+        actions with image observations, or a Q head with continuous actions.
     """
     if action_dim and q_head:
         raise ValueError("a Q head needs discrete actions; continuous actions have no finite Q table")
@@ -197,6 +200,10 @@ def default_spec(
         if action_dim:
             raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "
                              "Gaussian policies use the MLP (vector observations)")
+        height, width = obs_shape[1:] if channels_first else obs_shape[:2]
+        if min(height, width) < MIN_CNN_SIDE:
+            raise ValueError(f"image observations {obs_shape} are {height}x{width}; the CNN's three 3x3 "
+                             f"convolutions need at least {MIN_CNN_SIDE}x{MIN_CNN_SIDE} pixels")
         return NetworkSpec("cnn", (32, 64, 64, 512), num_actions, tuple(obs_shape), channels_first, q_head=q_head)
     raise ValueError(f"no default network for observation shape {obs_shape}; expected rank 1 or 3")
 

@@ -1,5 +1,6 @@
 """The plan of a run: every check of the configuration, in one place, and the choices that follow from
-it (loop, device layout, loss, network, compressor capabilities).
+it (loop, device layout, loss, network, compressor capabilities; :func:`check_compressor` runs a
+compressor abstractly on the learner's network so that one that does not fit is refused up front).
 
 :func:`check_config` checks what the flags alone decide; :func:`make_plan` adds what the environment's
 facts (:class:`~accerl_jax.envs.EnvInfo`) and the machine (devices, processes) decide, and returns the
@@ -12,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
+from accerl_jax.envs.envpool_env import envpool_seed
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
@@ -88,6 +91,11 @@ def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) ->
     if num_processes > 1 and cfg.loop not in MULTI_HOST_LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the Anakin "
                           "loop (gymnax envs) or the sequential loop; use --loop anakin, sequential or auto")
+    if cfg.env.startswith("envpool:"):
+        try:  # the last replica's block of env seeds must fit envpool's int seed
+            envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     loop = choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
     if num_processes > 1:
         check_multi_host(cfg, loop)
@@ -270,3 +278,47 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
     return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
                 num_processes=n_proc, process_id=pid, local_devices=n_dev, steps_per_update=steps_per_update,
                 num_updates=num_updates)
+
+
+def _family_name(spec: networks.NetworkSpec) -> str:
+    """``'MLP Gaussian'``, ``'CNN categorical with a Q head'``, ...: the network family in words."""
+    policy = "Gaussian" if spec.action_dim else "categorical"
+    return f"{spec.family.upper()} {policy}" + (" with a Q head" if spec.q_head else "")
+
+
+def check_compressor(compressor, spec: networks.NetworkSpec, name: str, obs_dtype: str = "float32",
+                     num_obs: int = 2) -> None:
+    """Refuse a compressor that cannot run on the learner's network, before anything is written.
+
+    Runs the compressor once *abstractly* (``jax.eval_shape``: shapes and dtypes only, nothing compiled
+    or computed): ``init(params, key, obs)`` on the learner's parameters and ``num_obs`` observations,
+    then its actor's ``apply`` on the result, which must return a floating ``[num_obs, A]`` policy output
+    (``[num_obs, 2D]`` for a Gaussian) and a floating ``[num_obs]`` value. A compressor that assumes
+    another network family (a missing layer, a parameter of another shape) fails here with its own
+    error, which becomes the ConfigError.
+
+    Args:
+      compressor: the :class:`~accerl_jax.compressor.Compressor` built for ``spec``.
+      spec: the learner's network.
+      name: the ``--compressor`` spec (or auto candidate) for the message.
+      obs_dtype: the environment's observation dtype name (``"float32"``, ``"uint8"``).
+      num_obs: the abstract observation batch.
+
+    Raises:
+      ConfigError: naming the compressor, the network family and the failure.
+    """
+    obs = jax.ShapeDtypeStruct((num_obs,) + tuple(spec.obs_shape), obs_dtype)
+    key = jax.random.PRNGKey(0)  # abstract only: no random number is drawn
+    out_dim = 2 * spec.action_dim if spec.action_dim else spec.num_actions
+    try:
+        params = jax.eval_shape(lambda k: networks.init_params(spec, k), key)
+        actor_params, _ = jax.eval_shape(compressor.init, params, key, obs)
+        policy_out, value = jax.eval_shape(compressor.actor_apply(networks.make_apply(spec)), actor_params, obs)[:2]
+        if (policy_out.shape != (num_obs, out_dim) or value.shape != (num_obs,)
+                or not all(jnp.issubdtype(x.dtype, jnp.floating) for x in (policy_out, value))):
+            raise ValueError(f"its actor returns policy {policy_out.shape} {policy_out.dtype} and value "
+                             f"{value.shape} {value.dtype}; expected floating ({num_obs}, {out_dim}) and ({num_obs},)")
+    except Exception as err:  # any failure of the dry run means the compressor does not fit this network
+        raise ConfigError(f"bad --compressor {name!r} for the {_family_name(spec)} network "
+                          f"(widths {spec.widths}, observations {spec.obs_shape}): {type(err).__name__}: "
+                          f"{str(err).splitlines()[0] if str(err) else ''}; choose another --compressor") from None

@@ -23,10 +23,10 @@ from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks, speed, xla
 from accerl_jax.actor import make_actor
-from accerl_jax.compressor import Compressor, make_compressor
+from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.envs import make_env
+from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
 from accerl_jax.shards import env_group_ids, make_global_update
 
@@ -79,15 +79,20 @@ def claim_logdir(logdir: str) -> None:
         raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
-def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool):
+def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
+                         obs_dtype: str = "float32"):
     """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``.
 
     Raises:
       ValueError: a bad ``--auto-candidates`` list or candidate spec.
+      ConfigError: a candidate that does not fit ``spec`` (:func:`accerl_jax.plan.check_compressor`).
     """
     def make(candidate: str) -> Compressor:
-        return make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
-                               distill_learning_rate=cfg.distill_learning_rate)
+        compressor = make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
+                                     distill_learning_rate=cfg.distill_learning_rate)
+        if uses_registered(candidate):
+            plan_lib.check_compressor(compressor, spec, candidate, obs_dtype)
+        return compressor
 
     return auto(
         cfg.auto_candidates, spec, learner_apply, make,
@@ -99,22 +104,30 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
     )
 
 
-def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool) -> Compressor:
+def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
+                        obs_dtype: str = "float32") -> Compressor:
     """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``.
+    A chain with a registered stage (:func:`~accerl_jax.compressor.register_compressor`) is first run
+    abstractly on ``spec`` (:func:`accerl_jax.plan.check_compressor`); the built-in stages fit every
+    network family the trainer builds (tests/test_compressor.py's conformance grid).
 
     Raises:
-      ConfigError: a bad ``--compressor`` (or ``--auto-candidates``) string.
+      ConfigError: a bad ``--compressor`` (or ``--auto-candidates``) string, or a compressor that does not
+        fit ``spec``.
     """
     try:
         if cfg.compressor == "auto":
-            return make_auto_compressor(cfg, spec, learner_apply, continuous)
-        return make_compressor(
+            return make_auto_compressor(cfg, spec, learner_apply, continuous, obs_dtype)
+        compressor = make_compressor(
             cfg.compressor, spec, learner_apply,
             distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
             distill_async=cfg.distill_async,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if uses_registered(cfg.compressor):
+        plan_lib.check_compressor(compressor, spec, cfg.compressor, obs_dtype)
+    return compressor
 
 
 @dataclasses.dataclass
@@ -207,8 +220,9 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         logdir = None  # made below, after every check
     wall_start = time.perf_counter()
     try:
-        # Host (envpool) envs are seeded seed, seed + 1, ...: process p takes the p-th block of num_envs.
-        env = make_env(cfg.env, cfg.num_envs, cfg.seed + pid * cfg.num_envs)
+        # Host (envpool) envs: env g of the run's num_envs x processes is seeded seed x (that total) + g;
+        # process p holds the p-th block of num_envs (envpool_seed).
+        env = make_env(cfg.env, cfg.num_envs, envpool_seed(cfg.seed, cfg.num_envs * n_proc, pid * cfg.num_envs))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
@@ -220,7 +234,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
                           "nothing to resume")
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
-    compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous)
+    compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype)
     if before_write is not None:
         before_write()
     if logdir is None:  # a multi-host process other than 0: its files are thrown away
@@ -245,11 +259,12 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
     if n_proc > 1:
-        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
+        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]),
+                                       key=learner_lib.learner_key(cfg.seed))
         if not global_state:
             update = make_global_update(update, mesh)
     else:
-        state = learner_lib.init_state(params, optimizer, mesh)
+        state = learner_lib.init_state(params, optimizer, mesh, key=learner_lib.learner_key(cfg.seed))
     actor_apply = compressor.actor_apply(learner_apply)
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any

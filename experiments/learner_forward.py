@@ -129,7 +129,7 @@ def measure(before_mod, t: int, b: int, rounds: int, calls: int) -> dict:
     opt = learner.make_optimizer(2.5e-4, 0.5, 1000)
     cfg = learner.LossConfig()
     old_batch, new_batch = batches(t, b)
-    state = learner.init_state(params, opt)
+    state = learner.init_state(params, opt, key=learner.learner_key(0))
     updates = {
         "before": (before_mod.make_update(apply, opt, before_mod.LossConfig()), old_batch),
         "after": (learner.make_update(apply, opt, cfg), new_batch),

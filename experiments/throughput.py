@@ -134,7 +134,7 @@ def make_bare(compressor_spec: str, args):
     def run(c, n_dummy):
         return jax.lax.scan(one_update, c, None, length=n_dummy.shape[0])[0]
 
-    state = (learner_lib.init_state(params, optimizer), actor_params, comp_state, env_state, obs, k_act)
+    state = (learner_lib.init_state(params, optimizer, key=learner_lib.learner_key(0)), actor_params, comp_state, env_state, obs, k_act)
     return run, state, cfg
 
 

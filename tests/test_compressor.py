@@ -246,6 +246,141 @@ def test_conformance_atari_cnn(spec):
     _conformance(spec, "atari")
 
 
+# ------------------------------------------------------------- conformance grid: spec x network family
+# Every stage kind and every network-changing chain (auto's default candidates among them) on tiny
+# networks of every policy family the trainer builds, with degenerate inputs. The Q-head networks are
+# the plain ones plus one head (same layer names), so they stand for both; the plain MLP and CNN also
+# run the tables above (which check fidelity too). The grid checks that no compressor assumes a family.
+
+GRID_FAMILIES = {
+    "mlp_q": networks.NetworkSpec("mlp", (8, 8), 3, (4,), q_head=True),
+    "mlp_gaussian": networks.NetworkSpec("mlp", (8, 8), 3, (3,), action_dim=2),
+    "cnn_q": networks.NetworkSpec("cnn", (4, 4, 4, 8), 3, (7, 7, 2), q_head=True),
+}
+GRID_SPECS = ["none", "mask:0.5,global", "prune:0.5", "prune:0.5+distill", "fakequant:8", "int8:all", "bf16",
+              "distill:small", "distill:small+int8", "prune:0.5+int8"]
+
+
+@functools.lru_cache(maxsize=None)
+def _grid_net(family):
+    spec = GRID_FAMILIES[family]
+    return spec, networks.init_params(spec, jax.random.PRNGKey(3)), networks.make_apply(spec)
+
+
+def _zero_first_unit(params, spec):
+    """Zero the first output unit (kernel column / conv channel and bias) of every hidden layer."""
+    p = {k: dict(v) if isinstance(v, dict) else v for k, v in params["params"].items()}
+    for torso in networks.hidden_layers(spec):
+        for layer, _ in torso:
+            p[layer]["kernel"] = p[layer]["kernel"].at[..., 0].set(0.0)
+            p[layer]["bias"] = p[layer]["bias"].at[0].set(0.0)
+    return {"params": p}
+
+
+def _check_grid_output(apply, actor_params, obs, spec):
+    out_dim = 2 * spec.action_dim if spec.action_dim else spec.num_actions
+    policy_out, value = apply(actor_params, obs)
+    assert policy_out.shape == (obs.shape[0], out_dim) and policy_out.dtype == jnp.float32
+    assert value.shape == (obs.shape[0],) and value.dtype == jnp.float32
+    assert np.all(np.isfinite(policy_out)) and np.all(np.isfinite(value))
+    return policy_out
+
+
+@pytest.mark.parametrize("family", list(GRID_FAMILIES))
+@pytest.mark.parametrize("spec", GRID_SPECS)
+def test_conformance_grid(spec, family):
+    from accerl_jax import plan
+
+    net_spec, params, apply = _grid_net(family)
+    obs = jax.random.normal(jax.random.PRNGKey(4), (5,) + net_spec.obs_shape)
+    c = make_compressor(spec, net_spec, apply, distill_steps=1)
+    plan.check_compressor(c, net_spec, spec)  # the up-front dry run accepts it
+    actor_apply = jax.jit(c.actor_apply(apply))
+    actor_params, state = c.init(params, jax.random.PRNGKey(5), obs)
+    _check_grid_output(actor_apply, actor_params, obs, net_spec)
+    actor_params, state = c.compress(jax.tree.map(lambda x: 1.01 * x, params), state, obs)
+    _check_grid_output(actor_apply, actor_params, obs, net_spec)
+    # Parameters outside the hidden layers (the Gaussian's log_std) keep float32 and their values.
+    if net_spec.action_dim and "distill" not in state:
+        log_std = actor_params["params"]["log_std"]
+        assert log_std.dtype == jnp.float32
+        np.testing.assert_array_equal(log_std, 1.01 * params["params"]["log_std"])
+    if "bf16" in state:
+        assert any(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(actor_params))
+    # Degenerate inputs: all-zero weights, a dead unit/channel in every hidden layer, an all-zero
+    # calibration batch (int8's static ranges are then 0); the actor still gives finite outputs.
+    zero_params = jax.tree.map(jnp.zeros_like, params)
+    for p, calib in ((zero_params, obs), (_zero_first_unit(params, net_spec), obs), (params, jnp.zeros_like(obs))):
+        degenerate_params, _ = c.init(p, jax.random.PRNGKey(5), calib)
+        _check_grid_output(actor_apply, degenerate_params, obs, net_spec)
+    if spec == "none":  # all-zero weights give the uniform policy and value 0: the check can fail
+        out = _check_grid_output(actor_apply, c.init(zero_params, jax.random.PRNGKey(5), obs)[0], obs, net_spec)
+        np.testing.assert_array_equal(out, 0.0)
+
+
+@pytest.mark.parametrize("family", ["mlp_q", "mlp_gaussian", "cnn_q"])
+def test_prune_of_one_unit_layers_keeps_one_unit(family, fraction=0.75):
+    """A fraction that rounds a layer to zero units keeps one (``max(1, ...)``), and the network runs."""
+    from accerl_jax.compressor import pruned_widths
+
+    net_spec = networks.with_widths(GRID_FAMILIES[family], (1,) * len(GRID_FAMILIES[family].widths))
+    assert pruned_widths(net_spec, fraction) == net_spec.widths
+    params = networks.init_params(net_spec, jax.random.PRNGKey(0))
+    apply = networks.make_apply(net_spec)
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3,) + net_spec.obs_shape)
+    c = make_compressor(f"prune:{fraction}", net_spec, apply)
+    actor_params, state = c.init(params, jax.random.PRNGKey(2))
+    assert all(idx.shape == (1,) for idx in jax.tree.leaves(state["prune"].kept))
+    np.testing.assert_allclose(_check_grid_output(jax.jit(c.actor_apply(apply)), actor_params, obs, net_spec),
+                               apply(params, obs)[0], rtol=1e-6, atol=1e-6)  # one unit of one: unchanged
+
+
+def test_compressor_that_assumes_one_family_is_refused_before_anything_is_written(tmp_path):
+    """A stage written for CNNs only (it reads ``conv_0``) is refused by the plan's dry run on an MLP: a
+    ConfigError naming the stage and the family, raised before the run folder is created."""
+    from accerl_jax import plan, run
+    from accerl_jax.compressor import Compressor, register_compressor, unregister_compressor
+    from accerl_jax.config import Config, ConfigError
+
+    def conv_only(network, teacher_apply, arg):
+        first = jax.jit(lambda p: jax.tree.map(lambda w: w, p["params"]["conv_0"]))
+        return Compressor(init=lambda params, key, obs=None: (params, first(params)),
+                          compress=lambda params, state, obs: (params, first(params)),
+                          actor_apply=lambda apply: apply)
+
+    register_compressor("convonly", conv_only)
+    try:
+        cnn_spec, _, cnn_apply = _grid_net("cnn_q")
+        plan.check_compressor(make_compressor("convonly", cnn_spec, cnn_apply), cnn_spec, "convonly")  # fits
+        logdir = str(tmp_path / "run")
+        cfg = Config(env="gymnax:Pendulum-v1", compressor="convonly", num_envs=2, rollout_length=4,
+                     total_steps=64, logdir=logdir, progress=False)
+        with pytest.raises(ConfigError, match=r"bad --compressor 'convonly' for the MLP Gaussian network.*conv_0"):
+            run.setup(cfg, [])
+        assert not os.path.exists(logdir)
+    finally:
+        unregister_compressor("convonly")
+
+
+def test_images_too_small_for_the_cnn_are_refused():
+    with pytest.raises(ValueError, match=r"6x6; the CNN's three 3x3 convolutions need at least 7x7"):
+        networks.default_spec((6, 6, 2), 3)
+    with pytest.raises(ValueError, match=r"5x9"):
+        networks.default_spec((4, 5, 9), 3, channels_first=True)
+    assert networks.default_spec((7, 7, 2), 3).family == "cnn"
+
+
+def test_bf16_keeps_gaussian_log_std_float32():
+    net_spec, params, apply = _grid_net("mlp_gaussian")
+    params = jax.tree_util.tree_map_with_path(  # a log_std bf16 would round: 0.1234567 is not a bf16 number
+        lambda p, x: jnp.full_like(x, 0.1234567) if "log_std" in _names(p) else x, params)
+    actor_params, _ = make_compressor("bf16", net_spec, apply).init(params, jax.random.PRNGKey(0))
+    assert actor_params["params"]["log_std"].dtype == jnp.float32
+    np.testing.assert_array_equal(actor_params["params"]["log_std"], params["params"]["log_std"])
+    assert actor_params["params"]["dense_0"]["kernel"].dtype == jnp.bfloat16
+    assert actor_params["params"]["policy_head"]["kernel"].dtype == jnp.float32
+
+
 # ------------------------------------------------------------------------------------------------ mask
 # (more: global scope, the gradual schedule and masks through optimizers, at the end of the file)
 

@@ -2,7 +2,7 @@
 
 * With 2 and 4 forced CPU devices (one subprocess each), one update of every loss/corrector on a mesh of
   N devices equals the single-device update on the same batch (V-trace, Retrace, APPO with several
-  epochs, continuous actions; the single-device references are computed once, in this process).
+  epochs, and with several minibatches of the global batch, continuous actions; the single-device references are computed once, in this process).
 * Two processes on 127.0.0.1 (JAX's multi-controller runtime, gloo collectives), one CPU device each,
   each feeding its half of a batch to :func:`accerl_jax.shards.make_global_update`: both end with
   bitwise-equal parameters, equal to the single-device updates on the whole batch.
@@ -31,7 +31,7 @@ MAIN = dict(num_envs=8, rollout_length=8, total_steps=8 * 8 * 6, log_every=2, ch
 MAIN_SEED = 0  # Config's default --seed
 SUMMARY_KEYS = ("loop", "compressor", "devices", "learner_devices", "updates", "learner_batch", "total_env_steps",
                 "final_return_mean", "num_processes")
-CASES = ("vtrace", "retrace", "appo", "gaussian")
+CASES = ("vtrace", "retrace", "appo", "appo_minibatches", "gaussian")
 RTOL, ATOL = 1e-5, 1e-5  # after 2 updates (6 SGD steps for APPO) sums in another order differ by ~2e-6
 STEPS = 2  # updates per case: the second starts from the state the first returned
 
@@ -68,6 +68,10 @@ def _cases(names=CASES):
                             learner.LossConfig(corrector="retrace"), batch),
         "appo": lambda: (networks.make_apply(d_spec), _random_params(d_spec, 2),
                          learner.LossConfig(loss="appo", corrector="is", clip_rho_threshold=2.0, epochs=3), batch),
+        # Minibatches of the global batch: B=8 on 4 devices x 2 minibatches leaves each device 1 column.
+        "appo_minibatches": lambda: (networks.make_apply(d_spec), _random_params(d_spec, 2),
+                                     learner.LossConfig(loss="appo", corrector="is", clip_rho_threshold=2.0,
+                                                        epochs=2, minibatches=2), batch),
         "gaussian": lambda: (networks.make_apply(g_spec), _random_params(g_spec, 3),
                              learner.LossConfig(corrector="none"), g_batch),
     }
@@ -87,7 +91,7 @@ def _updates(n: int, names=CASES, steps: int = STEPS) -> dict:
     for name, (apply, params, cfg, batch) in _cases(names).items():
         mesh = learner.make_mesh(jax.devices()[:n])
         update = learner.make_update(apply, opt, cfg, mesh)
-        state = learner.init_state(params, opt, mesh)
+        state = learner.init_state(params, opt, mesh, key=learner.learner_key(0))
         for _ in range(steps):
             state, metrics = update(state, batch)
         out[name] = {"params": tl._tolist(state.params), "step": int(state.step), "initial": tl._tolist(params),
@@ -130,7 +134,7 @@ def _multihost_main(pid: int, port: int) -> None:
     apply, params, cfg, batch = _cases(("vtrace",))["vtrace"]
     mesh, opt = learner.make_mesh(jax.devices()), optax.sgd(0.1)
     update = shards.make_global_update(learner.make_update(apply, opt, cfg, mesh), mesh)
-    state = learner.init_state(params, opt, learner.make_mesh(jax.local_devices()))
+    state = learner.init_state(params, opt, learner.make_mesh(jax.local_devices()), key=learner.learner_key(0))
     half = jax.tree.map(lambda x: x[:, 4 * pid: 4 * (pid + 1)], batch)
     for _ in range(STEPS):
         state, metrics = update(state, half)
@@ -161,7 +165,7 @@ def test_update_on_n_devices_equals_one_device(devices, reference, name):
     assert set(one["metrics"]) == set(many["metrics"])
     for k, v in one["metrics"].items():
         np.testing.assert_allclose(many["metrics"][k], v, rtol=RTOL, atol=ATOL, err_msg=f"{name} {k}")
-    assert many["step"] == one["step"] == STEPS * (3 if name == "appo" else 1)
+    assert many["step"] == one["step"] == STEPS * {"appo": 3, "appo_minibatches": 4}.get(name, 1)
 
 
 def test_appo_minibatches_must_divide_the_shard(devices):

@@ -212,6 +212,39 @@ def test_envpool_same_seed_same_episodes():
     np.testing.assert_array_equal(oa, oc)
 
 
+def test_envpool_seeds_of_distinct_run_seeds_are_disjoint():
+    """Env g of a run of G envs (over all processes and Sebulba threads) is seeded seed x G + g: runs with
+    distinct seeds share no env seed; a seed whose block passes envpool's int seed is refused."""
+    from accerl_jax.envs import envpool_seed
+
+    def seeds(run_seed, processes, envs_per_process, threads=1):
+        g, per_thread = processes * envs_per_process, envs_per_process // threads
+        return {envpool_seed(run_seed, g, p * envs_per_process + t * per_thread) + i
+                for p in range(processes) for t in range(threads) for i in range(per_thread)}
+
+    blocks = [seeds(s, 2, 8, threads=2) for s in range(4)]
+    assert all(len(b) == 16 for b in blocks)
+    assert len(set().union(*blocks)) == 4 * 16  # disjoint
+    assert seeds(1, 2, 8) == seeds(1, 1, 16) == seeds(1, 1, 16, threads=4)  # the same envs however split
+    assert envpool_seed(0, 8) == 0 and envpool_seed(3, 8, 5) == 29
+    with pytest.raises(ValueError, match=r"bad --seed 268435456 with 8 envpool.*below 268435456"):
+        envpool_seed(2**28, 8)
+    # envpool seeds its i-th env seed + i (what the formula relies on): env 1 of a pool = env 0 of seed + 1.
+    _, two = make_env("envpool:CartPole-v1", 2, seed=envpool_seed(1, 2)).reset()
+    _, one = make_env("envpool:CartPole-v1", 1, seed=envpool_seed(1, 2) + 1).reset()
+    np.testing.assert_array_equal(two[1], one[0])
+    assert not np.array_equal(two[0], two[1])
+
+
+def test_envpool_seed_out_of_range_is_refused_by_the_plan():
+    from accerl_jax import plan
+    from accerl_jax.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match=r"bad --seed 1000000000 with 16 envpool environments"):
+        plan.check_config(Config(env="envpool:CartPole-v1", seed=10**9, num_envs=8), num_processes=2)
+    plan.check_config(Config(env="envpool:CartPole-v1", seed=10**8, num_envs=8), num_processes=2)
+
+
 def test_envpool_termination_and_reset_step():
     """Pushing left: terminated with the final obs; the following reset step is invalid and uncounted."""
     b, t = 3, 40

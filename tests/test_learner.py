@@ -151,7 +151,7 @@ def _two_device_main():
     for n in (1, 2):
         mesh = learner.make_mesh(jax.devices()[:n])
         out[f"mesh{n}_devices"] = int(mesh.devices.size)
-        state = learner.init_state(params, opt, mesh)
+        state = learner.init_state(params, opt, mesh, key=learner.learner_key(0))
         update = learner.make_update(APPLY, opt, cfg, mesh)
         new_state, metrics = update(state, batch)
         results[n] = (new_state, {k: float(v) for k, v in metrics.items()})
@@ -266,8 +266,8 @@ def test_invalid_rows_do_not_change_loss_or_gradients(params, batch):
 
 def test_invalid_rows_do_not_change_update(params, batch, single):
     mesh, opt, update = single
-    s1, m1 = update("vtrace")(learner.init_state(params, opt, mesh), batch)
-    s2, m2 = update("vtrace")(learner.init_state(params, opt, mesh), _perturb_invalid(batch))
+    s1, m1 = update("vtrace")(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), batch)
+    s2, m2 = update("vtrace")(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), _perturb_invalid(batch))
     _assert_trees_close(s2.params, s1.params, rtol=1e-6, atol=1e-8)
     for k in m1:
         np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-6, atol=1e-8, err_msg=k)
@@ -314,7 +314,7 @@ def test_vtrace_on_policy_equals_none_and_differs_off_policy(params, batch, sing
     log_pi = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], axis=-1)[..., 0]
     on_policy = batch._replace(log_prob=log_pi)
     off_policy = batch._replace(log_prob=log_pi + 0.5)  # ρ = e^-0.5 < 1 everywhere: below every clip
-    run = lambda c, b: update(c)(learner.init_state(params, opt, mesh), b)  # noqa: E731
+    run = lambda c, b: update(c)(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), b)  # noqa: E731
 
     s_v, m_v = run("vtrace", on_policy)
     s_n, m_n = run("none", on_policy)
@@ -373,7 +373,7 @@ def test_ratio_statistics_and_learning_rate_match_hand_computation(params, batch
     assert 0 < expected["rho_clipped_frac"] < expected["c_clipped_frac"] < 1, expected  # a meaningful fixture
     # Invalid steps are left out: counting them would change every statistic.
     assert abs(np.mean(np.exp(log_rho) > 1.0) - expected["c_clipped_frac"]) > 1e-3
-    state, metrics = update(learner.init_state(params, opt, mesh), batch)
+    state, metrics = update(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), batch)
     for k, v in expected.items():
         np.testing.assert_allclose(float(metrics[k]), v, rtol=1e-5, atol=1e-6, err_msg=k)
     # The rate each step used: 1e-3 at step 0, then linearly down (1e-3 * (1 - 1/4) at step 1).
@@ -656,3 +656,37 @@ def test_gymnax_time_limit_bounds_the_slots_and_the_actor_packs_exactly():
         new, ref = sums(ro), ref_sums(ro, trs.next_obs)
         for k in ref:
             np.testing.assert_allclose(float(new[k]), float(ref[k]), rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+# ------------------------------------------------------------------- APPO minibatches follow the seed
+
+
+def test_minibatch_columns_follow_the_key_and_not_the_device_count():
+    """One permutation of the global batch per epoch, from the run's key: two seeds draw different
+    minibatches, the same key the same; N devices take equal parts of the 1-device minibatches."""
+    k0, k1 = learner.learner_key(0), learner.learner_key(1)
+    one = np.asarray(learner.minibatch_columns(k0, 0, 16, 2, 2))  # [epochs x minibatches, 8]
+    assert one.shape == (4, 8)
+    for epoch in one.reshape(2, 16):
+        assert sorted(epoch) == list(range(16))  # each epoch is a permutation of all columns
+    np.testing.assert_array_equal(one, learner.minibatch_columns(k0, 0, 16, 2, 2))
+    assert not np.array_equal(one, learner.minibatch_columns(k1, 0, 16, 2, 2))  # another seed
+    assert not np.array_equal(one, learner.minibatch_columns(k0, 4, 16, 2, 2))  # another update
+    parts = [np.asarray(learner.minibatch_columns(k0, 0, 16, 2, 2, num_devices=4, device=d)) for d in range(4)]
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), one)
+    # One minibatch: the device's own columns, in order, every epoch (nothing drawn).
+    np.testing.assert_array_equal(learner.minibatch_columns(k0, 0, 4, 3, 1), np.tile(np.arange(4), (3, 1)))
+
+
+def test_appo_update_depends_on_the_learner_key(params):
+    """The same batch, two seeds' keys: different minibatch orders give different parameters; the key is
+    carried unchanged in the state (a checkpoint saves it)."""
+    mesh, opt = learner.make_mesh(jax.devices()[:1]), optax.sgd(0.1)
+    cfg = learner.LossConfig(loss="appo", corrector="is", epochs=2, minibatches=2)
+    update, batch = learner.make_update(APPLY, opt, cfg, mesh), _batch(b=8)
+    s0, _ = update(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), batch)
+    s0_again, _ = update(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), batch)
+    s1, _ = update(learner.init_state(params, opt, mesh, key=learner.learner_key(1)), batch)
+    np.testing.assert_array_equal(s0.key, learner.learner_key(0))
+    assert _max_abs_diff(s0.params, s0_again.params) == 0.0
+    assert _max_abs_diff(s0.params, s1.params) > 1e-6

@@ -228,7 +228,7 @@ def test_gaussian_log_prob_is_summed_over_dimensions_and_ratio_is_one_on_policy(
         cfg = learner.LossConfig(loss=loss)
         opt = optax.sgd(0.0)
         mesh = learner.make_mesh(jax.devices()[:1])
-        _, metrics = learner.make_update(apply, opt, cfg, mesh)(learner.init_state(params, opt, mesh), batch)
+        _, metrics = learner.make_update(apply, opt, cfg, mesh)(learner.init_state(params, opt, mesh, key=learner.learner_key(0)), batch)
         np.testing.assert_allclose(float(metrics["rho_mean"]), 1.0, atol=1e-6)
     count, sums = learner.loss_sums(params, apply, batch._replace(log_prob=log_mu - 0.3), learner.LossConfig())
     np.testing.assert_allclose(float(sums["rho"] / count), np.exp(0.3), rtol=1e-5)

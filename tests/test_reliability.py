@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from accerl_jax import checkpoint, guard, loop
+from accerl_jax import learner as learner_lib
 from accerl_jax.config import Config
 from accerl_jax.signals import Interrupted, StopSignals
 from actor_hooks import hook_actor
@@ -101,6 +102,8 @@ def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
     assert ref_summary["episodes"] > 0 and ref_summary["final_return_mean"] > 0
     assert_same_leaves(checkpoint.read_leaves(str(tmp_path / "again"), UPDATES), ref_leaves)
     assert steps(ref_dir) == [4, 8]
+    # The learner's key (APPO's minibatch order) is the seed's and is checkpointed, so a resume keeps it.
+    np.testing.assert_array_equal(ref_leaves[".learner.key"], learner_lib.learner_key(0))
 
 
 def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypatch):

@@ -51,6 +51,12 @@ QUANTIZERS = ("fakequant", "int8", "bf16")
 _REGISTERED: dict = {}
 
 
+def uses_registered(spec: str) -> bool:
+    """Whether the ``--compressor`` string ``spec`` has a stage registered with :func:`register_compressor`
+    (the built-in stages fit every network family the trainer builds; a registered one may not)."""
+    return any(part.partition(":")[0] in _REGISTERED for part in spec.split("+"))
+
+
 def register_compressor(kind: str, factory, *, rank: int = _RANK["fakequant"]) -> None:
     """Make ``--compressor <kind>[:<arg>]`` build ``factory(network, teacher_apply, arg)``.
 
@@ -225,7 +231,8 @@ def _make_mask(arg: str) -> Compressor:
 
 
 __all__ = [
-    "Compressor", "chain", "identity", "make_compressor", "register_compressor", "unregister_compressor", "KINDS",
+    "Compressor", "chain", "identity", "make_compressor", "register_compressor", "unregister_compressor", "uses_registered",
+    "KINDS",
     "QUANTIZERS",
     "mask", "MaskState", "magnitude_mask", "gradual_sparsity", "mask_updates",
     "prune", "PruneState", "prune_params", "pruned_widths",

@@ -2,7 +2,8 @@
 
 Hidden-layer kernels and biases are stored in bfloat16 (half the bytes); each hidden ``nn.Dense`` /
 ``nn.Conv`` gets its input cast to bfloat16, so flax computes the layer in bfloat16 (XLA may accumulate
-in float32 internally). The policy and value heads keep float32 weights (DESIGN.md, "Conventions"): their
+in float32 internally). The policy, value and Q heads, and parameters outside the hidden layers (the
+Gaussian policy's ``log_std``), keep float32 weights (DESIGN.md, "Conventions"): their
 bf16 input is promoted to float32, so logits and values are float32. Useful on accelerators with bf16
 units; on CPUs without them it is usually *slower* (the benchmark reports what it gives).
 """
@@ -22,14 +23,26 @@ class Bf16State(NamedTuple):
     """``bf16`` has no state."""
 
 
-def _in_head(path) -> bool:
-    return any(str(getattr(k, "key", k)) in HEADS for k in path)
+def _hidden_weight(path) -> bool:
+    """True for a ``kernel`` or ``bias`` of a layer outside the heads: ``params/<layer>/<kernel|bias>``.
+
+    Parameters owned by the network module itself (the Gaussian policy's ``params/log_std``) are not
+    hidden-layer weights and stay float32.
+    """
+    names = [str(getattr(k, "key", k)) for k in path]
+    return len(names) >= 3 and names[-1] in ("kernel", "bias") and not any(n in HEADS for n in names)
 
 
 def to_bf16(params):
-    """Cast every floating leaf outside the heads to bfloat16."""
+    """Cast every floating hidden-layer kernel and bias (heads and ``log_std`` excluded) to bfloat16.
+
+    Args:
+      params: flax variables ``{"params": {...}}`` of any network :func:`accerl_jax.networks.build` makes.
+    Returns:
+      The same tree, hidden-layer weights as bfloat16, every other leaf unchanged.
+    """
     return jax.tree_util.tree_map_with_path(
-        lambda p, w: w if _in_head(p) or not jnp.issubdtype(w.dtype, jnp.floating) else w.astype(jnp.bfloat16),
+        lambda p, w: w.astype(jnp.bfloat16) if _hidden_weight(p) and jnp.issubdtype(w.dtype, jnp.floating) else w,
         params,
     )
 

@@ -15,6 +15,7 @@ its original order and reproduces the network exactly. Unlike a mask, fewer FLOP
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -53,10 +54,14 @@ def _take_inputs(kernel: jax.Array, idx: jax.Array, n_in: int) -> jax.Array:
 def prune_params(params, spec: networks.NetworkSpec, fraction: float):
     """Structured pruning of ``params`` of ``build(spec)``; returns ``(pruned params, kept indices)``.
 
-    The pruned params fit ``build(networks.with_widths(spec, pruned_widths(spec, fraction)))``.
+    The pruned params fit ``build(networks.with_widths(spec, pruned_widths(spec, fraction)))``. Every network
+    family :func:`accerl_jax.networks.build` makes is accepted: MLP categorical, MLP Gaussian (its ``log_std``
+    ``[D]`` is kept as is), CNN, each with or without the Q head.
     """
     widths = pruned_widths(spec, fraction)
-    p = {k: dict(v) for k, v in params["params"].items()}  # copies: the learner's params are not written
+    # Copies, so the learner's params are not written; top-level arrays that are not layers (the Gaussian
+    # policy's state-independent ``log_std``) are passed through unchanged.
+    p = {k: dict(v) if isinstance(v, Mapping) else v for k, v in params["params"].items()}
     kept = {}
     for torso in networks.hidden_layers(spec):
         for (layer, consumers), k in zip(torso, widths):

@@ -6,7 +6,7 @@ environment: ``gymnax:<name>`` after :func:`register_env`, or ``gymnax:package.m
 from __future__ import annotations
 
 from accerl_jax.envs.base import EnvInfo
-from accerl_jax.envs.envpool_env import EnvpoolEnv
+from accerl_jax.envs.envpool_env import EnvpoolEnv, envpool_seed
 from accerl_jax.envs.gymnax_env import GymnaxEnv, register_env
 
 BACKENDS = ("gymnax", "envpool")
@@ -14,6 +14,9 @@ BACKENDS = ("gymnax", "envpool")
 
 def make_env(name: str, num_envs: int, seed: int = 0):
     """Build the adapter for ``name`` (``gymnax:<id>`` or ``envpool:<id>``) with ``num_envs`` copies.
+
+    ``seed`` is envpool's: its environment ``i`` is seeded ``seed + i`` (a run passes :func:`envpool_seed`,
+    so that distinct run seeds get disjoint env seeds); gymnax envs are keyed by the actor instead.
 
     Raises:
       ValueError: for a malformed name, an unknown backend or id, or ``num_envs < 1``.
@@ -31,4 +34,4 @@ def make_env(name: str, num_envs: int, seed: int = 0):
     return EnvpoolEnv(env_id, num_envs, seed)
 
 
-__all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "register_env", "BACKENDS"]
+__all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "envpool_seed", "register_env", "BACKENDS"]

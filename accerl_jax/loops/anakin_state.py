@@ -35,8 +35,8 @@ def _initial_state(run: Run, seed: int) -> AnakinState:
     batch = run.info.num_envs * run.num_processes  # the global batch
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
     zero = jnp.zeros((), jnp.int32)
-    return AnakinState(learner_lib.init_state(params, run.optimizer, run.mesh), (actor_params,) * lag,
-                       jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
+    learner = learner_lib.init_state(params, run.optimizer, run.mesh, key=learner_lib.learner_key(seed))
+    return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
                        jnp.full((), FINITE, jnp.int32))
 
 

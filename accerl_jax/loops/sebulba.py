@@ -39,7 +39,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax.async_actor import AsyncActor
 from accerl_jax.config import Config
 from accerl_jax.driver import Bad, Episodes, Final, Step
-from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
+from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv, envpool_seed
 from accerl_jax.guard import UpdateGuard
 from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, feed, thread
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run
@@ -110,7 +110,7 @@ class SebulbaStepper:
         def body():
             # Built in the thread: a failure here stops the run like any other (and envs build in parallel).
             env = AsyncEnvpoolEnv(cfg.env.split(":", 1)[1], self.per_thread, self.batch,
-                                  cfg.seed + index * self.per_thread)
+                                  envpool_seed(cfg.seed, cfg.num_envs, index * self.per_thread))
             key = jax.device_put(jax.random.fold_in(self.thread_key, index), self.actor_device)
             actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
             feed(actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set), self.rollout_sharding,
