@@ -157,9 +157,11 @@ def config_differences(saved: dict, current: dict, saved_processes: int = 1, pro
     from accerl_jax.config import Config
 
     # A checkpoint written before a field existed ran with that field's default, except --loop: such runs
-    # ran the sequential loop (the loops were added with the field).
+    # ran the sequential loop (the loops were added with the field), and --reward-clip of envpool runs.
     defaults = {f.name: f.default for f in dataclasses.fields(Config)}
     defaults["loop"] = "sequential"
+    if str(saved.get("env", "")).startswith("envpool:"):
+        defaults["reward_clip"] = False  # envpool runs before --reward-clip trained on raw rewards
     saved = {**{k: v for k, v in defaults.items() if k in current}, **saved}
     diffs = []
     saved_batch, batch = saved.get("num_envs", 0) * saved_processes, current.get("num_envs", 0) * processes

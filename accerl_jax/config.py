@@ -93,6 +93,11 @@ class Config:
     """Agent steps per environment per rollout (T)."""
     seed: int = 0
     """Random seed (network init, action sampling, environments)."""
+    reward_clip: bool = True
+    """Atari (envpool's Atari tasks, e.g. envpool:Pong-v5): the learner trains on the sign of each reward,
+    as IMPALA, CleanRL and Sample Factory do (rewards clipped to [-1, 1]); episode returns in every log and
+    the summary stay the raw game score. --no-reward-clip trains on the raw score. Other environments'
+    rewards are never clipped."""
     logdir: Optional[str] = None
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""

@@ -189,7 +189,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     wall_start = time.perf_counter()
     try:
         # Host (envpool) envs are seeded seed, seed + 1, ...: process p takes the p-th block of num_envs.
-        env = make_env(cfg.env, cfg.num_envs, cfg.seed + pid * cfg.num_envs)
+        env = make_env(cfg.env, cfg.num_envs, cfg.seed + pid * cfg.num_envs, reward_clip=cfg.reward_clip)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
