@@ -314,9 +314,9 @@ def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update
     if completed == num_updates:
         raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates of "
                           f"--total-steps {cfg.total_steps}; nothing to resume (--total-steps {more} or more extends it)")
-    raise ConfigError(f"bad --total-steps {cfg.total_steps} with --resume {cfg.resume!r}: {num_updates} updates, fewer "
-                      f"than the {completed} its checkpoint has done; a resumed run continues, so give "
-                      f"--total-steps {more} or more")
+    raise ConfigError(f"bad --total-steps {cfg.total_steps} with --resume {cfg.resume!r}: a budget of {num_updates} "
+                      f"update{'s' if num_updates != 1 else ''}, fewer than the {completed} its checkpoint has done; a "
+                      f"resumed run continues, so give --total-steps {more} or more")
 
 
 def tensorboard_purge_step(monitor_state: dict | None) -> int | None:

@@ -141,7 +141,7 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     logdir = tmp_path / "run"
     shutil.copytree(ref_dir, logdir)
     shutil.rmtree(logdir / checkpoint.CHECKPOINT_DIR / str(UPDATES))
-    with pytest.raises(ConfigError, match="3 updates, fewer than the 4 its checkpoint has done"):
+    with pytest.raises(ConfigError, match="a budget of 3 updates, fewer than the 4 its checkpoint has done"):
         loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 3, loop=which))
     summary = loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
     assert summary["stopped"] is None and summary["resumed_from_update"] == 4 and summary["updates"] == 10
