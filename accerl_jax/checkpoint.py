@@ -51,6 +51,12 @@ RUN_CONTROL_FIELDS = frozenset(
     {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan",
      "wandb", "wandb_project", "coordinator_address", "process_id", "preset", "config"}
 )
+# Fields a resumed run may change besides those: the budget (to extend a run; the learning rate then
+# follows the schedule of the new budget) and what only reports (the window of final_return_mean).
+RESUME_MAY_CHANGE = RUN_CONTROL_FIELDS | {"total_steps", "return_window"}
+# The layout of the global batch: --num-envs counts one process's environments, so these may change
+# together on resume as long as --num-envs x processes (the learner's batch) stays the same.
+LAYOUT_FIELDS = ("num_envs", "num_processes")
 
 
 class TrainState(NamedTuple):
@@ -137,28 +143,46 @@ def _digest(x: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
 
 
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """``--flag saved -> current`` for each field that matters to the computation and differs; a field the
-    saved configuration lacks (written by an older version) counts as its default."""
+def config_differences(saved: dict, current: dict, saved_processes: int = 1, processes: int = 1) -> list[str]:
+    """``--flag saved -> current`` for each field that matters to the computation and differs (all but
+    :data:`RESUME_MAY_CHANGE`); a field the saved configuration lacks (written by an older version) counts
+    as its default.
+
+    ``--num-envs`` and ``--num-processes`` are compared as the global batch they make (``--num-envs`` x
+    process count; ``saved_processes`` and ``processes`` are the process counts of the checkpoint's run and
+    of this one): one process of 8 envs resumes as two of 4. The device count is not part of the
+    configuration (the learner's batch is the same on any number of local devices)."""
     from accerl_jax.config import flag
 
     from accerl_jax.config import Config
 
     # A checkpoint written before a field existed ran with that field's default, except --loop: such runs
-    # ran the sequential loop (the loops were added with the field).
+    # ran the sequential loop (the loops were added with the field), and --reward-clip of envpool runs.
     defaults = {f.name: f.default for f in dataclasses.fields(Config)}
     defaults["loop"] = "sequential"
+    if str(saved.get("env", "")).startswith("envpool:"):
+        defaults["reward_clip"] = False  # envpool runs before --reward-clip trained on raw rewards
     saved = {**{k: v for k, v in defaults.items() if k in current}, **saved}
     diffs = []
+    saved_batch, batch = saved.get("num_envs", 0) * saved_processes, current.get("num_envs", 0) * processes
+    if saved_batch != batch:
+        def layout(envs, n):
+            return f"{envs} x {n} process{'es' if n != 1 else ''} = {envs * n}"
+
+        fix = (f"give --num-envs {saved_batch // processes}" if saved_batch % processes == 0 else
+               f"use a process count that divides {saved_batch}")
+        diffs.append(f"global batch --num-envs x processes {layout(saved.get('num_envs'), saved_processes)} "
+                     f"(checkpoint) vs {layout(current.get('num_envs'), processes)} (now): a resumed run keeps the "
+                     f"learner's global batch; {fix}")
     for name in sorted(set(saved) | set(current)):
-        if name in RUN_CONTROL_FIELDS:
+        if name in RESUME_MAY_CHANGE or name in LAYOUT_FIELDS:
             continue
         if saved.get(name) != current.get(name):
             diffs.append(f"{flag(name)} {saved.get(name)!r} (checkpoint) vs {current.get(name)!r} (now)")
     return diffs
 
 
-def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> ResumePoint:
+def find_resume_point(resume: str, logdir: Optional[str], config: dict, processes: int = 1) -> ResumePoint:
     """Validate ``--resume PATH`` and read its checkpoint's JSON record; writes nothing.
 
     Args:
@@ -166,17 +190,23 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict) -> Resum
         (which must be the run's latest, so that no later checkpoint is overwritten).
       logdir: ``--logdir``, or None; when given it must be the run folder of ``resume``.
       config: the current configuration as a dict; it must equal the checkpoint's except for
-        :data:`RUN_CONTROL_FIELDS`.
+        :data:`RESUME_MAY_CHANGE` and the split of the global batch over ``processes`` processes
+        (:func:`config_differences`).
+      processes: the process count of this run.
 
     Raises:
       ConfigError: naming the path and what is wrong (missing, not a checkpoint, half-written, not the
         latest, other logdir, incompatible configuration, unreadable record).
     """
     point = find_checkpoint(resume, "--resume", latest_only=True, logdir=logdir)
-    diffs = config_differences(point.meta["config"], config)
+    meta = point.meta
+    # Checkpoints record the process count of the run that wrote them; older ones only its flag.
+    saved_processes = meta.get("extra", {}).get("num_processes") or meta["config"].get("num_processes") or 1
+    diffs = config_differences(meta["config"], config, int(saved_processes), processes)
     if diffs:
         raise ConfigError(f"bad --resume {resume!r}: checkpoint {point.step} was written by a different configuration "
-                          f"({'; '.join(diffs)}); pass the same flags to resume it")
+                          f"({'; '.join(diffs)}); pass the same flags to resume it (--total-steps may grow, and "
+                          "logging flags may change)")
     return point
 
 
@@ -512,7 +542,8 @@ def host_key_only(carry, jittable: bool):
 
 
 __all__ = [
-    "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS",
-    "config_differences", "find_checkpoint", "find_resume_point", "read_checked", "host_leaves", "read_leaves", "trim_metrics", "host_key_only",
+    "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
+    "config_differences", "find_checkpoint", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
+    "trim_metrics", "host_key_only",
     "lock_run", "remove_run",
 ]

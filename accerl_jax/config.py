@@ -102,6 +102,11 @@ class Config:
     seed: int = 0
     """Random seed (network init, action sampling, APPO's minibatch order, environments: envpool env g of the
     run's G is seeded seed x G + g, so distinct seeds share no env seed; (seed + 1) x G must stay <= 2^31)."""
+    reward_clip: bool = True
+    """Atari (envpool's Atari tasks, e.g. envpool:Pong-v5): the learner trains on the sign of each reward,
+    as IMPALA, CleanRL and Sample Factory do (rewards clipped to [-1, 1]); episode returns in every log and
+    the summary stay the raw game score. --no-reward-clip trains on the raw score. Other environments'
+    rewards are never clipped."""
     logdir: Optional[str] = None
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
     runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
@@ -155,9 +160,12 @@ class Config:
     resume: Optional[str] = None
     """Continue a stopped run: PATH is its run folder (resumes from its latest checkpoint) or a checkpoint
     folder <run>/checkpoints/<update> (must be the latest). The run continues in its own folder
-    (metrics.csv appended; the summary covers the whole run) and must be started with the same flags,
-    apart from --logdir, --progress, --log-every, --checkpoint-every, --keep-checkpoints, --on-nan.
-    gymnax environments resume exactly; envpool environments restart (episodes in flight are lost)."""
+    (metrics.csv appended, TensorBoard's later steps replaced; the summary covers the whole run) and must
+    be started with the same flags, apart from --logdir, --progress, --log-every, --checkpoint-every,
+    --keep-checkpoints, --on-nan, --return-window and a larger --total-steps (extends the run; the
+    learning rate follows the new budget's schedule from there). Any device count; another process count
+    if --num-envs x processes stays the same. gymnax environments resume exactly; envpool environments
+    restart (episodes in flight are lost)."""
     overwrite: bool = False
     """Allow --logdir to hold an earlier run: its outputs and checkpoints are deleted once this run's
     settings have been checked. Without it (or --resume) such a folder is refused."""

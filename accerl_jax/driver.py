@@ -30,7 +30,7 @@ import numpy as np
 from accerl_jax import checkpoint, networks, speed
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
-from accerl_jax.run import SPEED_FORWARDS, Run
+from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
 from accerl_jax.shards import params_digest
 from accerl_jax.signals import Interrupted, StopSignals, signal_name
 
@@ -106,10 +106,11 @@ def seed_monitors(run: Run) -> list[Monitor]:
         return [run.monitor]
     monitors = []
     for k in range(cfg.num_seeds):
+        state = run.extra["seed_monitors"][k] if run.extra else None
         m = Monitor(os.path.join(run.logdir, f"seed{k}"), run.num_updates * run.steps_per_update, cfg.return_window,
-                    progress=False, append=run.resume_point is not None)
-        if run.extra:
-            m.load_state_dict(run.extra["seed_monitors"][k])
+                    progress=False, append=run.resume_point is not None, purge_step=tensorboard_purge_step(state))
+        if state is not None:
+            m.load_state_dict(state)
         monitors.append(m)
     run.monitor.seeds = monitors
     return monitors
@@ -239,7 +240,8 @@ class Driver:
             run.saver.save(step, self.snapshot, {
                 "completed": step, "monitor": run.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
-                "wall_time_s": time.perf_counter() - run.wall_start, **self.stepper.extra(),
+                "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.num_processes,
+                **self.stepper.extra(),
             })
         finally:
             stop.deferring = deferring

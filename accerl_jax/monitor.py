@@ -168,10 +168,14 @@ class Monitor:
         Biases too; None (default): no W&B. The W&B run is started at the first log, in ``logdir``, with an
         id kept in :meth:`state_dict`, so a resumed run continues the same W&B run.
       table_every: print the console table every this many logs (only with ``progress``).
+      purge_step: a resumed run's first env step after its checkpoint: TensorBoard hides the events of
+        earlier sessions in ``logdir`` at this step and later (tensorboardX ``SummaryWriter(purge_step=...)``,
+        a ``SessionLog.START`` event), so the steps logged again after a resume appear once. None: no purge.
     """
 
     def __init__(self, logdir: str, total_steps: int, return_window: int = 100, progress: bool = True,
-                 append: bool = False, *, wandb: dict | None = None, table_every: int = TABLE_EVERY):
+                 append: bool = False, *, wandb: dict | None = None, table_every: int = TABLE_EVERY,
+                 purge_step: int | None = None):
         from tensorboardX import SummaryWriter
 
         os.makedirs(logdir, exist_ok=True)
@@ -188,7 +192,9 @@ class Monitor:
         self.seeds: list[Monitor] = []
         self.refreshes = 0  # refreshes of the actor's policy logged by log_refresh
         self.start = time.perf_counter()
-        self._writer = SummaryWriter(logdir)
+        # The events file is named after the second it was opened in; the nanoseconds after it keep a session
+        # resumed within the same second from overwriting the earlier one's file, and sort after it.
+        self._writer = SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
         # metrics.csv was created (claimed) by the loop before the Monitor starts; opened for writing here.
         path = os.path.join(logdir, "metrics.csv")
         self._csv = None

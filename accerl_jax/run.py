@@ -211,7 +211,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if cfg.resume is not None:
         # Every process reads the checkpoint (a multi-host run needs the run folder on a shared file
         # system); only process 0 continues the run in that folder.
-        resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json)
+        resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json, n_proc)
         logdir = resume_point.logdir if pid == 0 else None
     elif pid == 0:
         logdir = cfg.logdir or default_logdir(cfg)
@@ -222,16 +222,16 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     try:
         # Host (envpool) envs: env g of the run's num_envs x processes is seeded seed x (that total) + g;
         # process p holds the p-th block of num_envs (envpool_seed).
-        env = make_env(cfg.env, cfg.num_envs, envpool_seed(cfg.seed, cfg.num_envs * n_proc, pid * cfg.num_envs))
+        env = make_env(cfg.env, cfg.num_envs, envpool_seed(cfg.seed, cfg.num_envs * n_proc, pid * cfg.num_envs),
+                       reward_clip=cfg.reward_clip)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     info = env.info
     plan = plan_lib.make_plan(cfg, info, loop)
     spec, loss_cfg = plan.spec, plan.loss
     steps_per_update, num_updates = plan.steps_per_update, plan.num_updates
-    if resume_point is not None and resume_point.meta["extra"]["completed"] >= num_updates:
-        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates; "
-                          "nothing to resume")
+    if resume_point is not None:
+        check_budget(cfg, resume_point.meta["extra"]["completed"], num_updates, steps_per_update)
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype)
@@ -306,12 +306,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     if resume_point is not None:
         if pid == 0:
             checkpoint.trim_metrics(logdir, extra["completed"])
+            for k in range(cfg.num_seeds if cfg.num_seeds > 1 else 0):  # each seed's own rows
+                checkpoint.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
         wall_start -= extra["wall_time_s"]
     wandb = None
     if (cfg.wandb or cfg.wandb_project) and pid == 0:
         wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
     monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
-                      append=resume_point is not None and pid == 0, wandb=wandb)
+                      append=resume_point is not None and pid == 0, wandb=wandb,
+                      purge_step=tensorboard_purge_step(extra.get("monitor")))
     if extra:
         monitor.load_state_dict(extra["monitor"])
     return Run(
@@ -321,6 +324,32 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
         mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )
+
+
+def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update: int) -> None:
+    """Refuse a ``--resume`` whose ``--total-steps`` leaves nothing to do: a checkpoint that has
+    ``completed`` updates continues only up to a budget of more (``num_updates``, of ``steps_per_update``
+    agent steps each). A larger budget than the checkpoint's run had extends it.
+
+    Raises:
+      ConfigError: naming the budget, the updates already done and the smallest budget that continues.
+    """
+    if completed < num_updates:
+        return
+    more = (completed + 1) * steps_per_update
+    if completed == num_updates:
+        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates of "
+                          f"--total-steps {cfg.total_steps}; nothing to resume (--total-steps {more} or more extends it)")
+    raise ConfigError(f"bad --total-steps {cfg.total_steps} with --resume {cfg.resume!r}: a budget of {num_updates} "
+                      f"update{'s' if num_updates != 1 else ''}, fewer than the {completed} its checkpoint has done; a "
+                      f"resumed run continues, so give --total-steps {more} or more")
+
+
+def tensorboard_purge_step(monitor_state: dict | None) -> int | None:
+    """The TensorBoard step from which a resumed run's events replace its earlier ones (tensorboardX's
+    ``SummaryWriter(purge_step=...)``): one env step after the checkpoint's (its own row stays, the rows
+    logged after it are logged again). None for a new run (``monitor_state`` None: nothing to purge)."""
+    return None if monitor_state is None else int(monitor_state["env_steps"]) + 1
 
 
 def policy_versions(completed: int, count: int, compress_every: int) -> list[int]:

@@ -23,10 +23,11 @@ uncompressed learner reaches on this CPU within a budget that fits here (the iss
 of steps). A time to target is the median over seeds; when more than half the seeds miss, it is "not
 reached" and no reduction is claimed.
 
-Outputs, under ``experiments/results/<host tag>/`` (host tag e.g. ``cpu-2core``): ``paper_tables[_quick].json``
-(also written to ``--out``), ``paper_tables[_quick].md`` (both tables, the issue's targets met or missed, the
-plots), ``training_<env>[_quick].png`` (return against wall time, mean over seeds) and the actor-time
-files ``actor_time_<env>[_quick].{json,md,png}``.
+Outputs (:func:`output_paths`), in ``--results-dir``, else beside ``--out``, else under
+``experiments/results/<host tag>/`` (host tag e.g. ``cpu-2core``): the JSON (``--out``, else
+``paper_tables[_quick].json``), the markdown report of the same name (both tables, the issue's targets met
+or missed, the plots), ``training_<env>[_quick].png`` (return against wall time, mean over seeds) and the
+actor-time files ``actor_time_<env>[_quick].{json,md,png}``. Nothing is written anywhere else.
 
 Usage:
   python experiments/paper_tables.py --quick                      # a few minutes on a 2-core CPU
@@ -378,10 +379,24 @@ def plot_training(result: dict, out_dir: str) -> None:
         plt.close(fig)
 
 
+def output_paths(out: str | None, results_dir: str | None, quick: bool, host: str) -> tuple[str, str]:
+    """``(folder, json_path)`` of a run's outputs: the JSON at ``out`` if given, else
+    ``paper_tables[_quick].json`` in the folder; the folder is ``results_dir`` if given, else ``out``'s
+    folder, else ``experiments/results/<host>/`` (the committed tables: written only when no place is given)."""
+    folder = results_dir or (os.path.dirname(os.path.abspath(out)) if out else os.path.join(RESULTS, host))
+    return folder, out or os.path.join(folder, f"paper_tables{'_quick' if quick else ''}.json")
+
+
+def report_path(json_path: str) -> str:
+    """The markdown report written beside ``json_path``: the same name, ``.md``."""
+    return os.path.splitext(json_path)[0] + ".md"
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny budgets: a few minutes on a 2-core CPU")
-    p.add_argument("--out", default=None, help="also write the JSON here")
+    p.add_argument("--out", default=None, help="write the JSON here (and, without --results-dir, every other "
+                   "output beside it) instead of experiments/results/<host tag>/")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--envs", nargs="+", default=["cartpole", "acrobot", "minatar"], choices=[e for e in ENVS if e != "pong"])
     p.add_argument("--with-pong", action="store_true", help="add envpool Pong-v5's actor-time table")
@@ -390,7 +405,8 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=None, help="override every env's training budget (agent steps)")
     p.add_argument("--teacher-steps", type=int, default=None, help="override the actor-time teachers' training steps")
     p.add_argument("--skip-actor-time", action="store_true")
-    p.add_argument("--results-dir", default=None, help="default experiments/results/<host tag>/")
+    p.add_argument("--results-dir", default=None, help="folder of the outputs; default --out's folder, else "
+                   "experiments/results/<host tag>/")
     p.add_argument("--compile-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="JAX's persistent compilation cache in a fresh temporary folder (default: on with --quick)")
     p.add_argument("--redraw", default=None, metavar="JSON",
@@ -402,7 +418,7 @@ def main(argv=None) -> dict:
         out_dir = os.path.dirname(os.path.abspath(args.redraw))
         result["targets"] = targets(result)
         plot_training(result, out_dir)
-        with open(os.path.join(out_dir, f"paper_tables{result['suffix']}.md"), "w") as f:
+        with open(report_path(args.redraw), "w") as f:
             f.write(markdown(result))
         return result
     t0 = time.perf_counter()
@@ -414,7 +430,7 @@ def main(argv=None) -> dict:
     methods = args.methods.split(",") if args.methods else (QUICK_TRAIN_METHODS if args.quick else TRAIN_METHODS)
     methods = ["none"] + [m for m in methods if m != "none"]
     actor_methods = args.actor_methods or (QUICK_ACTOR_METHODS if args.quick else ACTOR_METHODS)
-    out_dir = args.results_dir or os.path.join(RESULTS, host_tag())
+    out_dir, path = output_paths(args.out, args.results_dir, args.quick, host_tag())
     os.makedirs(out_dir, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     result = {
@@ -427,7 +443,6 @@ def main(argv=None) -> dict:
         "compile_cache": cache,
         "actor_time": {}, "training": {},
     }
-    path = os.path.join(out_dir, f"paper_tables{suffix}.json")
 
     def save() -> None:  # after every table, so an interrupted long run keeps what it measured
         result["runtime_s"] = time.perf_counter() - t0
@@ -435,10 +450,8 @@ def main(argv=None) -> dict:
         result["machine_note"] = machine_note(result["load_average"])
         result["targets"] = targets(result)
         atomic_write_json(path, result)
-        if args.out:
-            atomic_write_json(args.out, result)
         plot_training(result, out_dir)
-        with open(os.path.join(out_dir, f"paper_tables{suffix}.md"), "w") as f:
+        with open(report_path(path), "w") as f:
             f.write(markdown(result))
 
     # The training table's baseline (seed 0) is the actor-time table's teacher: a policy trained at the full budget.

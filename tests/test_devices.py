@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -461,6 +462,42 @@ def _interrupted_cli(pid: int, port: int, logdir: str) -> None:
     codes = [train.main(argv)]
     codes.append(train.main(argv + ["--resume", logdir]))
     print("RESULT " + json.dumps({"codes": codes}))
+
+
+RESUMED_UPDATES = 8  # a resumed main job's larger budget (--total-steps of 8 updates; the first run had 6)
+
+
+def _resume_main_job(folder: str) -> None:
+    """In a subprocess with N devices: the main job in ``folder`` resumed to :data:`RESUMED_UPDATES` updates."""
+    import jax
+
+    summary, trained = _main_job(None, resume=folder, total_steps=8 * 8 * RESUMED_UPDATES)
+    print("RESULT " + json.dumps({"devices": jax.local_device_count(), "summary": summary,
+                                  "params": _leaves(trained["learner_params"])}))
+
+
+def test_checkpoint_resumes_on_other_device_and_process_counts(tmp_path, main_job_one_device, two_process_run):
+    """A checkpoint resumes on another layout of the same global batch (its arrays are placed on this
+    run's mesh): the one-device main job resumed on 2 devices, and the two-process one (2 devices and
+    ``--num-envs 4`` each) resumed by one process with ``--num-envs 8`` on one device, each extended to
+    :data:`RESUMED_UPDATES` updates, end with the same episodes and, to float tolerance, the same learner.
+    ``--num-envs 4`` on one process (another global batch) is refused, naming the batch to give."""
+    from accerl_jax.config import ConfigError
+
+    shutil.copytree(main_job_one_device[0], tmp_path / "one")
+    got = run_device_main("test_devices", 2, "_resume_main_job", (str(tmp_path / "one"),))
+    two = got["summary"]
+    shutil.copytree(two_process_run[1], tmp_path / "procs")
+    with pytest.raises(ConfigError, match=r"8 \(checkpoint\) vs 4 x 1 process = 4 \(now\).*give --num-envs 8"):
+        _main_job(None, resume=str(tmp_path / "procs"), num_envs=4, total_steps=8 * 8 * RESUMED_UPDATES)
+    one, trained = _main_job(None, resume=str(tmp_path / "procs"), total_steps=8 * 8 * RESUMED_UPDATES)
+    assert two["devices"] == two["learner_devices"] == 2 and one["devices"] == one["num_processes"] == 1
+    for s in (one, two):
+        assert s["resumed_from_update"] == 6 and s["updates"] == RESUMED_UPDATES and s["stopped"] is None
+        assert s["learner_batch"] == 8 and s["total_env_steps"] == 8 * 8 * RESUMED_UPDATES
+    assert one["episodes"] == two["episodes"] and one["final_return_mean"] == two["final_return_mean"]
+    for a, b in zip(_leaves(trained["learner_params"]), got["params"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
 
 
 def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_path, two_process_run):

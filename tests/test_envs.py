@@ -384,6 +384,36 @@ def test_envpool_pong_layout():
         assert tr.valid[0] and not tr.terminated[0] and not tr.truncated[0]
 
 
+def test_atari_reward_clip_trains_on_the_sign_and_counts_the_raw_score():
+    """envpool SpaceInvaders, always firing: the first alien hit scores 5 (step 97 of seed 0). With
+    ``reward_clip`` the learner's reward is its sign (every reward in [-1, 1]) while the episode return,
+    which the Monitor logs, is the raw score, equal to the unclipped pool's at every step. The jitted
+    (``jax.numpy``) bookkeeping of the XLA interface clips the same way. Non-Atari tasks never clip."""
+    from accerl_jax.envs.envpool_env import EnvpoolState, _transition
+
+    clipped = make_env("envpool:SpaceInvaders-v5", 1, seed=0, reward_clip=True)
+    raw = make_env("envpool:SpaceInvaders-v5", 1, seed=0)
+    assert clipped.info.reward_clip and not raw.info.reward_clip
+    assert not make_env("envpool:CartPole-v1", 1, seed=0, reward_clip=True).info.reward_clip
+    (sc, _), (sr, _) = clipped.reset(), raw.reset()
+    fire = np.ones(1, np.int32)
+    for _ in range(120):
+        (sc, tc), (sr, tr) = clipped.step(sc, fire), raw.step(sr, fire)
+        assert -1.0 <= tc.reward[0] <= 1.0 and tc.reward[0] == np.sign(tr.reward[0])
+        np.testing.assert_array_equal(tc.episode_return, tr.episode_return)
+        if tr.reward[0] > 1:
+            break
+    assert tr.reward[0] == 5.0 and tc.reward[0] == 1.0 and tc.episode_return[0] == 5.0
+
+    book = EnvpoolState(*map(jnp.asarray, (np.array([False, False, True]), np.full(3, 2.0, np.float32),
+                                           np.ones(3, np.int32))))
+    step = jax.jit(lambda book, reward: _transition(book, lambda o: o, jnp.zeros((3, 1)), reward, jnp.zeros(3, bool),
+                                                    jnp.zeros(3, bool), {}, xp=jnp, clip=True))
+    _, t = step(book, jnp.asarray([5.0, -2.5, 7.0]))
+    np.testing.assert_array_equal(t.reward, [1.0, -1.0, 1.0])
+    np.testing.assert_array_equal(t.episode_return, [7.0, -0.5, 2.0])  # the reset step (env 2) adds nothing
+
+
 # ----------------------------------------------------------------------------------------- make_env
 
 

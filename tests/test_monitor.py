@@ -175,12 +175,16 @@ def test_console_table_every_n_logs(tmp_path, capsys):
     assert "|log ρ|" not in capsys.readouterr().out
 
 
-def read_tensorboard(logdir) -> dict:
-    """``{tag: [(step, value), ...]}`` of the scalars in ``logdir``'s event files, parsed from the TFRecord
-    framing (length u64, crc u32, data, crc u32) and tensorboardX's Event proto: what TensorBoard reads."""
+def read_tensorboard(logdir, purge: bool = False) -> dict:
+    """``{tag: [(step, value), ...]}`` of the scalars in ``logdir``'s event files (in file-name order, as
+    TensorBoard reads them), parsed from the TFRecord framing (length u64, crc u32, data, crc u32) and
+    tensorboardX's Event proto.
+
+    ``purge``: apply TensorBoard's restart rule (``EventAccumulator._CheckForRestartAndMaybePurge``): a
+    ``SessionLog.START`` event at step S hides every scalar read before it at a step >= S."""
     import struct
 
-    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
 
     scalars: dict = {}
     for name in sorted(os.listdir(logdir)):
@@ -192,9 +196,34 @@ def read_tensorboard(logdir) -> dict:
                 (length,) = struct.unpack("<Q", data[pos:pos + 8])
                 event = Event.FromString(data[pos + 12:pos + 12 + length])
                 pos += 12 + length + 4
+                if purge and event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                    scalars = {tag: [(s, v) for s, v in values if s < event.step] for tag, values in scalars.items()}
                 for value in event.summary.value:
                     scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
+
+
+def test_resumed_monitor_hides_the_earlier_sessions_later_steps_in_tensorboard(tmp_path, monkeypatch):
+    """A session resumed from env step 16 logs steps 24 and 32 again: with ``purge_step=17`` TensorBoard shows
+    each step once, the resumed session's values after the checkpoint; its events file sorts after the
+    first session's even when both start within the same second (same-named files used to overwrite it)."""
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.5)  # both sessions in the same second
+    first = Monitor(str(tmp_path), 1000, progress=False)
+    for update, loss in enumerate((1.0, 2.0, 3.0), 1):
+        first.record_episodes(np.zeros((1, 8)), np.zeros((1, 8), bool), 8)
+        first.log(update, {"loss": loss})
+    first.close()
+    resumed = Monitor(str(tmp_path), 1000, progress=False, append=True, purge_step=17)
+    resumed.load_state_dict(dict(first.state_dict(), env_steps=16))
+    for update, loss in ((3, 30.0), (4, 40.0)):
+        resumed.record_episodes(np.zeros((1, 8)), np.zeros((1, 8), bool), 8)
+        resumed.log(update, {"loss": loss})
+    resumed.close()
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("events.out")]) == 2
+    assert read_tensorboard(str(tmp_path))["loss"] == [(8, 1.0), (16, 2.0), (24, 3.0), (24, 30.0), (32, 40.0)]
+    assert read_tensorboard(str(tmp_path), purge=True)["loss"] == [(8, 1.0), (16, 2.0), (24, 30.0), (32, 40.0)]
 
 
 def test_tensorboard_gets_every_finite_scalar_of_every_row_at_its_env_steps(tmp_path):

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 from accerl_jax import checkpoint, guard, loop
 from accerl_jax import learner as learner_lib
-from accerl_jax.config import Config
+from accerl_jax.config import Config, ConfigError
 from accerl_jax.signals import Interrupted, StopSignals
 from actor_hooks import hook_actor
 
@@ -129,6 +130,36 @@ def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypat
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
         assert [json.loads(line)["update"] for line in f] == updates  # the JSONL sink continues the same way
     assert float(metric_rows(logdir)[-1]["env_steps"]) == 8 * 8 * UPDATES
+
+
+def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_checkpoint(reference, tmp_path):
+    """``--resume RUN --total-steps LARGER`` continues to the new budget. The run is the reference with its
+    last checkpoint removed (stopped after update 8 was logged, before it was saved): the resumed session
+    logs updates 6 and 8 again, and TensorBoard shows each env step once, this session's value. A budget
+    below the updates done, or one already finished, is refused."""
+    from test_monitor import read_tensorboard
+
+    ref_summary, _, ref_dir = reference
+    which = ref_summary["loop"]
+    logdir = tmp_path / "run"
+    shutil.copytree(ref_dir, logdir)
+    shutil.rmtree(logdir / checkpoint.CHECKPOINT_DIR / str(UPDATES))
+    with pytest.raises(ConfigError, match="a budget of 3 updates, fewer than the 4 its checkpoint has done"):
+        loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 3, loop=which))
+    summary = loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
+    assert summary["stopped"] is None and summary["resumed_from_update"] == 4 and summary["updates"] == 10
+    assert summary["total_env_steps"] == 8 * 8 * 10 and steps(logdir) == [4, 8, 10]
+    rows = metric_rows(logdir)
+    assert [int(r["update"]) for r in rows] == [2, 4, 6, 8, 10]
+    # The learning rate follows the schedule of the new budget (linear to 0 over 10 updates).
+    assert float(rows[-1]["learning_rate"]) == pytest.approx(1e-3 * (1 - 9 / 10), rel=1e-5)
+    raw = read_tensorboard(logdir)["loss"]
+    assert [s for s, _ in raw] == [128, 256, 384, 512, 384, 512, 640]  # the first session's events stay in its file
+    shown = read_tensorboard(logdir, purge=True)
+    assert [s for s, _ in shown["loss"]] == [128, 256, 384, 512, 640]
+    np.testing.assert_allclose([v for _, v in shown["loss"]], [float(r["loss"]) for r in rows], rtol=1e-6)
+    with pytest.raises(ConfigError, match="already finished all 10 updates"):
+        loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
 
 
 @pytest.mark.parametrize("which", LOOPS)
@@ -275,6 +306,19 @@ def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
     assert config_differences(old, current) == []
     assert config_differences(old, dict(current, loop="anakin")) == ["--loop 'sequential' (checkpoint) vs 'anakin' (now)"]
     assert config_differences(old, dict(current, num_seeds=2)) == ["--num-seeds 1 (checkpoint) vs 2 (now)"]
+
+
+def test_resume_may_change_the_budget_and_the_split_of_the_global_batch_over_processes():
+    from accerl_jax.checkpoint import config_differences
+
+    saved = dataclasses.asdict(Config(num_envs=8))
+    assert config_differences(saved, dict(saved, total_steps=10**9, return_window=5, log_every=1)) == []
+    assert config_differences(saved, dict(saved, num_envs=4, num_processes=2), 1, 2) == []
+    assert config_differences(dict(saved, num_envs=4), dict(saved, num_envs=8), 2, 1) == []
+    (diff,) = config_differences(saved, dict(saved, num_envs=8, num_processes=2), 1, 2)
+    assert "8 x 1 process = 8 (checkpoint) vs 8 x 2 processes = 16 (now)" in diff and "--num-envs 4" in diff
+    assert "divides 8" in config_differences(saved, dict(saved, num_envs=3), 1, 3)[0]
+    assert config_differences(saved, dict(saved, seed=1)) == ["--seed 0 (checkpoint) vs 1 (now)"]
 
 
 def test_stop_reason_names_the_quantity_update_seed_loss_and_gradient_norm():

@@ -12,8 +12,10 @@ from accerl_jax.envs.gymnax_env import GymnaxEnv, register_env
 BACKENDS = ("gymnax", "envpool")
 
 
-def make_env(name: str, num_envs: int, seed: int = 0):
-    """Build the adapter for ``name`` (``gymnax:<id>`` or ``envpool:<id>``) with ``num_envs`` copies.
+def make_env(name: str, num_envs: int, seed: int = 0, *, reward_clip: bool = False):
+    """Build the adapter for ``name`` (``gymnax:<id>`` or ``envpool:<id>``) with ``num_envs`` copies;
+    ``reward_clip``: the learner's rewards of envpool's Atari tasks are their sign (episode returns stay
+    raw; :mod:`accerl_jax.envs.envpool_env`), other envs' are never clipped.
 
     ``seed`` is envpool's: its environment ``i`` is seeded ``seed + i`` (a run passes :func:`envpool_seed`,
     so that distinct run seeds get disjoint env seeds); gymnax envs are keyed by the actor instead.
@@ -31,7 +33,7 @@ def make_env(name: str, num_envs: int, seed: int = 0):
         raise ValueError(f"bad --num-envs {num_envs}; expected a positive integer")
     if backend == "gymnax":
         return GymnaxEnv(env_id, num_envs)
-    return EnvpoolEnv(env_id, num_envs, seed)
+    return EnvpoolEnv(env_id, num_envs, seed, reward_clip=reward_clip)
 
 
 __all__ = ["EnvInfo", "EnvpoolEnv", "GymnaxEnv", "make_env", "envpool_seed", "register_env", "BACKENDS"]

@@ -36,6 +36,9 @@ class EnvInfo:
         ends an episode returns the final observation, the reset comes with the next step), so a
         rollout's truncated steps bootstrap from the next row's ``obs``; False when the adapter resets
         in the same step (gymnax), truncating only at ``max_episode_steps``.
+      reward_clip: True when a transition's ``reward`` (what the learner trains on) is ``sign`` of the
+        environment's reward, while ``episode_return`` sums the raw rewards (envpool Atari with
+        ``--reward-clip``).
     """
 
     name: str
@@ -51,6 +54,7 @@ class EnvInfo:
     action_high: tuple[float, ...] = ()
     xla_step: bool = False
     delayed_reset: bool = False
+    reward_clip: bool = False
 
     @property
     def continuous(self) -> bool:

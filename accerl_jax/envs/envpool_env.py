@@ -10,6 +10,13 @@ observation, so ``next_obs`` is simply the returned observation.
 jitted program (the Anakin loop), with the same reset rule and bookkeeping (one function, :func:`_transition`,
 in numpy on the host and in ``jax.numpy`` in the program).
 
+Reward clipping (``reward_clip=True``; the ``--reward-clip`` default for Atari): the learner trains on
+``sign(r)`` (IMPALA, CleanRL and Sample Factory train on rewards clipped to [-1, 1]; baselines' and
+envpool's own ``reward_clip`` take the sign) while ``episode_return`` sums the raw game score, which is
+what the Monitor logs and the summary reports. The adapter clips, not envpool (whose clipped pool
+exposes no raw reward), so the host and XLA interfaces clip alike. It applies to the tasks envpool itself
+offers reward clipping for (its Atari games); other tasks' rewards pass unchanged.
+
 Known limitation: envpool reports an episode that terminates on its last allowed step as truncated. For
 Atari the adapter recovers the termination from ``info["terminated"]``; for classic control (e.g.
 ``CartPole-v1``, a fall exactly at step 500) envpool exposes nothing to recover it from, so that one
@@ -85,10 +92,11 @@ class EnvpoolEnv:
         1-D box.
 
     Continuous (box) actions (MuJoCo tasks such as ``HalfCheetah-v4``) are clipped to the space's bounds
-    before ``step``.
+    before ``step``. ``reward_clip``: see the module docstring (``info.reward_clip`` says whether it applies).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, *, batch_size: int | None = None):
+    def __init__(self, env_id: str, num_envs: int, seed: int, *, batch_size: int | None = None,
+                 reward_clip: bool = False):
         # batch_size: an asynchronous pool (AsyncEnvpoolEnv) of that recv batch; None: a synchronous one.
         import envpool  # imported here: importing envpool is slow and gymnax-only runs skip it
 
@@ -123,6 +131,8 @@ class EnvpoolEnv:
                 raise ValueError(f"envpool:{env_id} returns more than one observation per environment (multi-player); "
                                  "not supported")
         self._obs_dtype = "uint8" if self._env.observation_space.dtype == np.uint8 else "float32"
+        # envpool's Atari tasks have their own reward_clip option (left off: raw rewards come out).
+        self._reward_clip = reward_clip and "reward_clip" in self._env.spec.config._fields
         self.info = EnvInfo(
             name=f"envpool:{env_id}",
             num_envs=num_envs,
@@ -132,6 +142,7 @@ class EnvpoolEnv:
             jittable=False,
             max_episode_steps=int(self._env.spec.config.max_episode_steps),
             delayed_reset=True,
+            reward_clip=self._reward_clip,
             **action,
         )
 
@@ -164,14 +175,15 @@ class EnvpoolEnv:
     def step(self, state: EnvpoolState, action) -> tuple[EnvpoolState, Transition]:
         """Step with ``action [B]`` int (or ``[B, D]`` float, clipped to the bounds); returns numpy
         :class:`Transition` fields ``[B, ...]``."""
-        return _transition(state, self._cast, *self._env.step(self._action(action)))
+        return _transition(state, self._cast, *self._env.step(self._action(action)), clip=self._reward_clip)
 
 
 def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, info,
-                xp=np) -> tuple[EnvpoolState, Transition]:
+                xp=np, clip: bool = False) -> tuple[EnvpoolState, Transition]:
     """The adapter's :class:`Transition` for one envpool result, given the bookkeeping ``state`` of the
     same environments (``[M]`` arrays, in the result's order); returns the updated bookkeeping too.
 
+    ``clip``: the transition's ``reward`` is ``sign(reward)``; ``episode_return`` still sums the raw rewards.
     Pure array code in the array module ``xp``: ``numpy`` on the host (:class:`EnvpoolEnv`,
     :class:`AsyncEnvpoolEnv`), ``jax.numpy`` inside a jitted program (:class:`EnvpoolXlaEnv`).
     """
@@ -180,17 +192,17 @@ def _transition(state: EnvpoolState, cast, obs, reward, terminated, truncated, i
         # own flags say truncated only); a true termination must not bootstrap.
         terminated = terminated | info["terminated"].astype(bool)
     obs = cast(obs)
-    reward = reward.astype(xp.float32)
+    raw = reward.astype(xp.float32)
     valid = ~state.needs_reset
     terminated = terminated & valid
     truncated = truncated & valid & ~terminated
     done = terminated | truncated
-    ep_ret = state.episode_return + xp.where(valid, reward, 0.0).astype(xp.float32)
+    ep_ret = state.episode_return + xp.where(valid, raw, 0.0).astype(xp.float32)
     ep_len = state.episode_length + valid.astype(xp.int32)
     transition = Transition(
         obs=obs,
         next_obs=obs,
-        reward=reward,
+        reward=xp.sign(raw) if clip else raw,
         terminated=terminated,
         truncated=truncated,
         valid=valid,
@@ -265,7 +277,7 @@ class EnvpoolXlaEnv:
         handle, (obs, reward, terminated, truncated, extra) = self._step(state.handle,
                                                                          self._host._action(action, xp=jnp))
         book, transition = _transition(state.book, self._host._cast, obs, reward, terminated, truncated, extra,
-                                       xp=jnp)
+                                       xp=jnp, clip=self._host._reward_clip)
         return EnvpoolXlaState(handle, book), transition
 
 
@@ -285,10 +297,10 @@ class AsyncEnvpoolEnv(EnvpoolEnv):
       ValueError: as :class:`EnvpoolEnv`, and for ``batch_size`` outside ``[1, num_envs]``.
     """
 
-    def __init__(self, env_id: str, num_envs: int, batch_size: int, seed: int):
+    def __init__(self, env_id: str, num_envs: int, batch_size: int, seed: int, *, reward_clip: bool = False):
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"bad envpool batch size {batch_size} for {num_envs} envs; expected 1 to {num_envs}")
-        super().__init__(env_id, num_envs, seed, batch_size=batch_size)
+        super().__init__(env_id, num_envs, seed, batch_size=batch_size, reward_clip=reward_clip)
         self.batch_size = batch_size
         self._state = None
 
@@ -305,7 +317,8 @@ class AsyncEnvpoolEnv(EnvpoolEnv):
         obs, reward, terminated, truncated, info = self._env.recv()
         ids = np.asarray(info["env_id"], np.int32)
         part = EnvpoolState(*(x[ids] for x in self._state))
-        new, transition = _transition(part, self._cast, obs, reward, terminated, truncated, info)
+        new, transition = _transition(part, self._cast, obs, reward, terminated, truncated, info,
+                                      clip=self._reward_clip)
         for full, x in zip(self._state, new):
             full[ids] = x
         return ids, transition

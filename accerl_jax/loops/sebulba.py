@@ -110,7 +110,8 @@ class SebulbaStepper:
         def body():
             # Built in the thread: a failure here stops the run like any other (and envs build in parallel).
             env = AsyncEnvpoolEnv(cfg.env.split(":", 1)[1], self.per_thread, self.batch,
-                                  envpool_seed(cfg.seed, cfg.num_envs, index * self.per_thread))
+                                  envpool_seed(cfg.seed, cfg.num_envs, index * self.per_thread),
+                                  reward_clip=cfg.reward_clip)
             key = jax.device_put(jax.random.fold_in(self.thread_key, index), self.actor_device)
             actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
             feed(actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set), self.rollout_sharding,
