@@ -205,8 +205,8 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict, processe
     diffs = config_differences(meta["config"], config, int(saved_processes), processes)
     if diffs:
         raise ConfigError(f"bad --resume {resume!r}: checkpoint {point.step} was written by a different configuration "
-                          f"({'; '.join(diffs)}); pass the same flags to resume it (--total-steps may grow, and "
-                          "logging flags may change)")
+                          f"({'; '.join(diffs)}); resume it with its own settings (--resume alone takes them; "
+                          "--total-steps may grow, and logging flags may change)")
     return point
 
 

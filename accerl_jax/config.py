@@ -160,10 +160,11 @@ class Config:
     resume: Optional[str] = None
     """Continue a stopped run: PATH is its run folder (resumes from its latest checkpoint) or a checkpoint
     folder <run>/checkpoints/<update> (must be the latest). The run continues in its own folder
-    (metrics.csv appended, TensorBoard's later steps replaced; the summary covers the whole run) and must
-    be started with the same flags, apart from --logdir, --progress, --log-every, --checkpoint-every,
-    --keep-checkpoints, --on-nan, --return-window and a larger --total-steps (extends the run; the
-    learning rate follows the new budget's schedule from there). Any device count; another process count
+    (metrics.csv appended, TensorBoard's later steps replaced; the summary covers the whole run) with the
+    settings it was started with: --resume PATH alone continues it. Flags given with it may change only
+    --progress, --log-every, --checkpoint-every, --keep-checkpoints, --on-nan, --return-window and
+    --total-steps, made larger (extends the run; the learning rate follows the new budget's schedule
+    from there). Any device count; another process count
     if --num-envs x processes stays the same. gymnax environments resume exactly; envpool environments
     restart (episodes in flight are lost)."""
     overwrite: bool = False

@@ -1,4 +1,5 @@
-"""Named starting points for a run (``--preset``) and settings files (``--config``).
+"""Named starting points for a run (``--preset``), settings files (``--config``), and the settings of a
+resumed run (``--resume``).
 
 A preset is a set of :class:`~accerl_jax.config.Config` fields for one environment family; a settings
 file (YAML or TOML, Config field names with ``_`` or ``-``) is applied after it; flags on the command line
@@ -129,12 +130,36 @@ def load_settings(path: str) -> dict:
     return _check_fields(data, f"--config {path!r}")
 
 
-def base_config(argv: list[str]) -> Config:
-    """The defaults the command line's flags apply to: :class:`Config`'s, then ``--preset NAME``'s, then
-    ``--config FILE``'s (both read from ``argv``, where tyro parses them again as ordinary flags).
+def resumed_settings(path: str) -> dict:
+    """The settings of the run whose checkpoint ``--resume path`` names (its latest, or the one named),
+    without the run-control fields (log folder, progress, logging, checkpoints, W&B, multi-host
+    addresses), which a resumed run takes from its own flags.
 
     Raises:
-      ConfigError: an unknown preset, a bad settings file.
+      ConfigError: ``path`` is not a run folder or finished checkpoint (as ``--resume`` says), or its
+        record holds fields this version does not know.
+    """
+    from accerl_jax import checkpoint
+
+    saved = dict(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"])
+    names = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(saved) - names)
+    if unknown:
+        raise ConfigError(f"bad --resume {path!r}: its checkpoint's configuration has fields this version of "
+                          f"accerl_jax does not know ({', '.join(unknown)}); resume it with the version that wrote it")
+    return {k: _typed(k, v, f"--resume {path!r}") for k, v in saved.items()
+            if k not in checkpoint.RUN_CONTROL_FIELDS}
+
+
+def base_config(argv: list[str]) -> Config:
+    """The defaults the command line's flags apply to: :class:`Config`'s, then ``--preset NAME``'s, then
+    ``--config FILE``'s, or with ``--resume PATH`` the resumed run's own settings (so ``--resume PATH``
+    alone continues the run as it was started; flags given with it may change the budget and logging).
+    ``--preset``, ``--config`` and ``--resume`` are read from ``argv``, where tyro parses them again as
+    ordinary flags.
+
+    Raises:
+      ConfigError: an unknown preset, a bad settings file, a bad ``--resume`` folder.
     """
     def value(name: str):
         for i, arg in enumerate(argv):
@@ -145,7 +170,12 @@ def base_config(argv: list[str]) -> Config:
         return None
 
     cfg = Config()
-    preset, path = value("--preset"), value("--config")
+    preset, path, resume = value("--preset"), value("--config"), value("--resume")
+    if resume is not None and (preset is not None or path is not None):
+        raise ConfigError(f"bad --resume {resume!r} with {'--preset' if preset is not None else '--config'}: a "
+                          "resumed run keeps its own settings; give --resume alone (with --total-steps to extend it)")
+    if resume is not None:
+        return dataclasses.replace(cfg, **resumed_settings(resume))
     if preset is not None:
         cfg = apply_preset(cfg, preset)
     if path is not None:

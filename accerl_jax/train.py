@@ -72,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     if summary["stopped"] == "interrupted":
         if summary["logdir"] is None:  # multi-host: process 0 saved the run's checkpoint
             print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: process 0 saved the "
-                  "checkpoint; continue with the same flags plus --resume <process 0's run folder>", file=sys.stderr)
+                  "checkpoint; continue with --resume <process 0's run folder> and the multi-host flags", file=sys.stderr)
         else:
             print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: checkpoint "
-                  f"{summary['last_checkpoint']} saved; continue it with the same flags plus --resume "
+                  f"{summary['last_checkpoint']} saved; continue it with: python -m accerl_jax.train --resume "
                   f"{summary['logdir']}", file=sys.stderr)
         return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":

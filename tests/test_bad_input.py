@@ -188,7 +188,7 @@ CASES = [
      ["bad --resume", "update 1 is not the run's latest checkpoint (2)"], ""),
     ("resume-other-env", lambda t: _resume()(t) + ["--env", "gymnax:Acrobot-v1"], None,
      ["different configuration", "--env 'gymnax:CartPole-v1' (checkpoint) vs 'gymnax:Acrobot-v1' (now)",
-      "pass the same flags"], SUB),
+      "--resume alone takes them"], SUB),
     ("resume-other-compressor", lambda t: _resume()(t) + ["--compressor", "distill:tiny"], None,
      ["different configuration", "--compressor 'distill:small' (checkpoint) vs 'distill:tiny' (now)"], ""),
     ("resume-smaller-budget", lambda t: _resume()(t) + ["--total-steps", "64"], None,

@@ -87,3 +87,28 @@ def test_help_groups_every_flag_once_with_the_common_ones_first(capsys):
                                               "--queue-size", "--checkpoint-every", "--coordinator-address")]
     assert order == sorted(order), "the common flags come first, then the groups in order"
     assert "common options" in out and "hosts options" in out
+
+
+def test_resume_by_folder_alone_takes_the_runs_own_settings(tmp_path, capsys):
+    """--resume RUN with no other flag continues the run with the flags it was started with; --total-steps
+    given with it extends the run; a flag that changes the experiment, or --preset, is refused."""
+    import json
+
+    run = str(tmp_path / "run")
+    flags = ["--compressor", "none", "--num-envs", "4", "--rollout-length", "8", "--hidden-sizes", "16",
+             "--learning-rate", "0.002", "--checkpoint-every", "0", "--no-progress"]
+    assert train.main(flags + ["--total-steps", "64", "--logdir", run]) == 0
+    cfg = train.parse_config(["--resume", run])
+    assert (cfg.compressor, cfg.num_envs, cfg.rollout_length, cfg.hidden_sizes, cfg.learning_rate, cfg.total_steps) == (
+        "none", 4, 8, (16,), 0.002, 64)
+    assert cfg.progress and cfg.logdir is None  # run-control flags are this session's own
+    assert train.main(["--resume", run, "--total-steps", "128", "--no-progress"]) == 0
+    with open(tmp_path / "run" / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["updates"] == 4 and summary["resumed_from_update"] == 2
+    capsys.readouterr()
+    assert train.main(["--resume", run, "--total-steps", "192", "--compressor", "int8", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--compressor 'none' (checkpoint) vs 'int8' (now)" in err and "--resume alone takes them" in err
+    assert train.main(["--resume", run, "--preset", "classic"]) == 2
+    assert "a resumed run keeps its own settings" in capsys.readouterr().err
