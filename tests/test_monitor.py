@@ -168,7 +168,9 @@ def test_console_table_every_n_logs(tmp_path, capsys):
         monitor.log(update, {"loss": 0.1 * update, "abs_log_rho_mean": float("nan")})
     monitor.close()
     out = capsys.readouterr().out
-    assert out.count("|log ρ|") == 2  # logs 2 and 4 print a table; 5 does not
+    tables = [line.split()[1] for line in out.splitlines() if line.startswith("update ")]
+    assert tables == ["2", "4"]  # logs 2 and 4 print a table; 5 does not
+    assert out.count("agree: share of observations") == 1  # the legend, under the first table only
     quiet = Monitor(str(tmp_path / "quiet"), 100, progress=False, table_every=1)
     quiet.log(1, {"loss": 1.0})
     quiet.close()
@@ -222,8 +224,8 @@ def test_resumed_monitor_hides_the_earlier_sessions_later_steps_in_tensorboard(t
         resumed.log(update, {"loss": loss})
     resumed.close()
     assert len([n for n in os.listdir(tmp_path) if n.startswith("events.out")]) == 2
-    assert read_tensorboard(str(tmp_path))["loss"] == [(8, 1.0), (16, 2.0), (24, 3.0), (24, 30.0), (32, 40.0)]
-    assert read_tensorboard(str(tmp_path), purge=True)["loss"] == [(8, 1.0), (16, 2.0), (24, 30.0), (32, 40.0)]
+    assert read_tensorboard(str(tmp_path))["losses/loss"] == [(8, 1.0), (16, 2.0), (24, 3.0), (24, 30.0), (32, 40.0)]
+    assert read_tensorboard(str(tmp_path), purge=True)["losses/loss"] == [(8, 1.0), (16, 2.0), (24, 30.0), (32, 40.0)]
 
 
 def test_tensorboard_gets_every_finite_scalar_of_every_row_at_its_env_steps(tmp_path):

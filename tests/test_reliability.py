@@ -153,11 +153,11 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     assert [int(r["update"]) for r in rows] == [2, 4, 6, 8, 10]
     # The learning rate follows the schedule of the new budget (linear to 0 over 10 updates).
     assert float(rows[-1]["learning_rate"]) == pytest.approx(1e-3 * (1 - 9 / 10), rel=1e-5)
-    raw = read_tensorboard(logdir)["loss"]
+    raw = read_tensorboard(logdir)["losses/loss"]
     assert [s for s, _ in raw] == [128, 256, 384, 512, 384, 512, 640]  # the first session's events stay in its file
     shown = read_tensorboard(logdir, purge=True)
-    assert [s for s, _ in shown["loss"]] == [128, 256, 384, 512, 640]
-    np.testing.assert_allclose([v for _, v in shown["loss"]], [float(r["loss"]) for r in rows], rtol=1e-6)
+    assert [s for s, _ in shown["losses/loss"]] == [128, 256, 384, 512, 640]
+    np.testing.assert_allclose([v for _, v in shown["losses/loss"]], [float(r["loss"]) for r in rows], rtol=1e-6)
     with pytest.raises(ConfigError, match="already finished all 10 updates"):
         loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
 
