@@ -28,7 +28,7 @@ from accerl_jax import checkpoint, evaluate, export, networks, trained
 from accerl_jax import plan as plan_lib
 from accerl_jax.config import Config
 from accerl_jax.envs import make_env
-from accerl_jax.learner import LearnerState
+from accerl_jax.learner import LearnerState, learner_key
 from accerl_jax.loop import train
 from accerl_jax.run import make_run_compressor
 
@@ -68,7 +68,8 @@ def _write_run(logdir, env_id: str, compressor: str) -> str:
     actor_params, comp_state = compressor_.init(params, k_comp, env.reset(k_env)[1])
     os.makedirs(logdir)
     saver = checkpoint.Checkpointer(str(logdir), 1, dataclasses.asdict(cfg))
-    state = checkpoint.TrainState(LearnerState(params, (), jnp.zeros((), jnp.int32)), (actor_params,), comp_state, ())
+    state = checkpoint.TrainState(LearnerState(params, (), jnp.zeros((), jnp.int32), learner_key(cfg.seed)),
+                                  (actor_params,), comp_state, ())
     saver.save(1, state, {"completed": 1})
     saver.close()
     return str(logdir)
