@@ -22,7 +22,13 @@ CACHE_SETTINGS = {
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    settings = dict(CACHE_SETTINGS, jax_compilation_cache_dir=str(tmp_path_factory.mktemp("xla_cache")))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest-xdist (``-n 2``): one cache shared by the workers, in their common session folder.
+        cache = tmp_path_factory.getbasetemp().parent / "xla_cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("xla_cache")
+    settings = dict(CACHE_SETTINGS, jax_compilation_cache_dir=str(cache))
     for name, value in settings.items():
         jax.config.update(name, value)
         os.environ[name.upper()] = str(value)
