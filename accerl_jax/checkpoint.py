@@ -278,6 +278,20 @@ def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: 
     return ResumePoint(run, step, meta)
 
 
+def _restore_leaves(manager, step: int, shapes: dict, bad: str) -> dict:
+    """The saved leaves ``{leaf key: array}`` of checkpoint ``step`` shaped as ``shapes``.
+
+    Raises:
+      ConfigError: ``<bad> is damaged (...)`` when orbax cannot read them.
+    """
+    import orbax.checkpoint as ocp
+
+    try:
+        return manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
+    except Exception as err:
+        raise ConfigError(f"{bad} is damaged ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+
+
 def read_checked(point: ResumePoint, what: str) -> dict:
     """``{leaf path: numpy array}`` of checkpoint ``point``, each leaf checked against the SHA-256
     recorded when it was saved; no template needed (paths as in :class:`TrainState`, e.g.
@@ -286,7 +300,6 @@ def read_checked(point: ResumePoint, what: str) -> dict:
     Raises:
       ConfigError: ``bad <what>: checkpoint ... is damaged`` (unreadable data or a digest mismatch).
     """
-    import orbax.checkpoint as ocp
 
     _ignore_closed_loop_callbacks()
     where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"
@@ -297,10 +310,7 @@ def read_checked(point: ResumePoint, what: str) -> dict:
     with _quiet_absl():
         manager = _manager(point.logdir, read_only=True)
         try:
-            items = manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
-        except Exception as err:
-            raise ConfigError(f"bad {what}: {where} is damaged ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200]})") from None
+            items = _restore_leaves(manager, point.step, shapes, f"bad {what}: {where}")
         finally:
             manager.close()
     out = {}
@@ -391,7 +401,6 @@ class Checkpointer:
             raise
 
     def _restore(self, point: ResumePoint, template: TrainState) -> tuple[TrainState, dict]:
-        import orbax.checkpoint as ocp
 
         where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"
         records = point.meta["leaves"]
@@ -413,10 +422,7 @@ class Checkpointer:
         with _quiet_absl():
             manager = self._manager if own else _manager(point.logdir, read_only=True)
             try:
-                items = manager.restore(point.step, args=ocp.args.Composite(state=ocp.args.StandardRestore(shapes))).state
-            except Exception as err:
-                raise ConfigError(f"bad --resume: {where} is damaged ({type(err).__name__}: "
-                                  f"{str(err).splitlines()[0][:200]})") from None
+                items = _restore_leaves(manager, point.step, shapes, f"bad --resume: {where}")
             finally:
                 if not own:
                     manager.close()
