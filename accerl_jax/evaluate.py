@@ -168,6 +168,7 @@ def evaluate(args: Args) -> dict:
     Raises:
       ConfigError: any bad flag or run folder (see the module docstring), before anything is written.
     """
+    from accerl_jax import monitor
     from accerl_jax import trained as trained_lib
 
     check_args(args)
@@ -205,7 +206,7 @@ def evaluate(args: Args) -> dict:
         write_video(frames, trained.info, args.video)
         record["video"] = args.video
         record["video_frames"] = len(frames)
-    _write_atomic(out_path, json.dumps(record, indent=2) + "\n")
+    monitor.atomic_write(out_path, json.dumps(record, indent=2) + "\n")
     return record
 
 
@@ -216,13 +217,6 @@ def _read_json(path: str) -> dict:
         return value if isinstance(value, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,7 +128,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
     import jax
     import numpy as np
 
-    from accerl_jax import networks
+    from accerl_jax import monitor, networks
     from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
     from accerl_jax.trained import make_forward
 
@@ -174,16 +174,9 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
         },
     }
     os.makedirs(out, exist_ok=True)
-    _write_atomic(os.path.join(out, PROGRAM_FILE), program)
-    _write_atomic(os.path.join(out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
+    monitor.atomic_write(os.path.join(out, PROGRAM_FILE), program)
+    monitor.atomic_write(os.path.join(out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
     return record
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -146,12 +146,18 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-def atomic_write_json(path: str, payload: dict) -> None:
-    """Write ``payload`` as strict JSON (NaN/inf as null) to ``path`` via a temporary file and ``os.replace``."""
+def atomic_write(path: str, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``: a reader sees the old file or the
+    whole new one, never half of it."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(_finite_or_none(payload), f, indent=2, sort_keys=True, allow_nan=False)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
     os.replace(tmp, path)
+
+
+def atomic_write_json(path: str, payload: dict) -> None:
+    """Write ``payload`` as strict JSON (NaN/inf as null) to ``path`` (:func:`atomic_write`)."""
+    atomic_write(path, json.dumps(_finite_or_none(payload), indent=2, sort_keys=True, allow_nan=False))
 
 
 class Monitor:
