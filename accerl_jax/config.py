@@ -116,6 +116,11 @@ class Config:
     """Distillation gradient steps per learner update (distill compressors)."""
     distill_learning_rate: float = 1e-3
     """Adam learning rate of the distillation student."""
+    distill_reuse_teacher: bool = True
+    """Distil on the teacher outputs the learner's own forward pass computed over the rollout (under the
+    parameters before its update, so the student tracks the learner one update behind) instead of a second
+    forward pass of the updated learner. Anakin loop, and the sequential loop of one process; the Sebulba
+    loop and a sequential loop over several processes always run that second pass."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:

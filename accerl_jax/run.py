@@ -122,6 +122,10 @@ class Run:
     actor: Any  # accerl_jax.actor.ShardedActor (gymnax) | HostActor (envpool)
     optimizer: Any
     update: Callable
+    # The same update also returning the learner's outputs at the rollout's observations
+    # (learner.make_update(outputs=True)), for a compressor that takes them as its teacher's
+    # (Compressor.takes_teacher, --distill-reuse-teacher) in a loop whose learner state is global; else None.
+    teacher_update: Callable | None
     params: Any  # the learner's initial parameters
     state: learner_lib.LearnerState  # the learner's initial state (a resumed run's is in ``restored``)
     k_comp: jax.Array
@@ -229,11 +233,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps)
     # The learner's mesh: all devices of all processes (one process: its local devices).
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
-    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
-                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
+    make_update = functools.partial(
+        learner_lib.make_update, loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
+        learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps))
+    update = make_update()
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
+    reuse = compressor.takes_teacher and cfg.distill_reuse_teacher and global_state
+    teacher_update = make_update(outputs=True) if reuse else None
     if n_proc > 1:
         state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]))
         if not global_state:
@@ -292,7 +300,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     return Run(
         cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info,
         learner_apply=learner_apply, loss_apply=loss_apply, compressor=compressor, actor_apply=actor_apply,
-        actor=actor, optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp,
+        actor=actor, optimizer=optimizer, update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
         k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
         mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )

@@ -89,6 +89,29 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
+def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
+    """With a distill compressor both loops hand the learner's own outputs at the rollout's observations to
+    the student's steps (--distill-reuse-teacher, the default; ``Run.teacher_update``): the same student
+    and learner to float32 rounding. Without the flag, or for a compressor without a distill stage, the
+    run has no such update (the student then distils on a forward pass of the updated learner)."""
+    from accerl_jax import run as run_lib
+
+    kw = dict(compressor="distill:tiny", distill_steps=2, total_steps=4 * 8 * 2)
+    for flags, reuse in ((kw, True), (dict(kw, distill_reuse_teacher=False), False), ({}, False)):
+        run = run_lib.setup(tiny(tmp_path / f"setup{len(flags)}", **flags), [])
+        run.lock.release()
+        run.saver.close()
+        run.monitor.close()
+        assert (run.teacher_update is not None) == reuse, flags
+    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **kw))
+    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **kw))
+    assert fused["updates"] == staged["updates"] == 2
+    a, b = (checkpoint.read_leaves(str(tmp_path / d), 2) for d in ("fused", "seq"))
+    assert list(a) == list(b) and any("student_params" in p for p in a)
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+
+
 def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, capsys):
     """The Anakin loop's stages run inside one program and are not timed apart: the summary table shows the
     time the host waited for that program, never "actor time 0.0 s"."""
