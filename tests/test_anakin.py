@@ -122,6 +122,13 @@ def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, caps
     print_summary(summary)
     out = capsys.readouterr().out
     assert "fused program" in out and "actor time" not in out and "learner time" not in out
+    # The pieces, each timed alone after training (accerl_jax.cost): no stage reads 0.
+    split = summary["cost_split"]
+    for key in ("actor", "uncompressed_actor", "learner", "compress"):
+        assert split[f"{key}_s_per_update"] >= 0, key
+    assert split["actor_s_per_update"] > 0 and split["learner_s_per_update"] > 0
+    assert 0 < split["actor_share"] < 1 and 0 < split["ceiling"] < 1
+    assert "alone" in out and "ceiling" in out  # (the rows wrap in a narrow console)
 
 
 def test_anakin_refuses_envpool_on_several_devices(monkeypatch):

@@ -4,7 +4,8 @@ updates as one jitted ``lax.scan`` (Podracer's Anakin, Hessel et al. 2021, https
 One *update* is: a rollout of ``T`` steps of the ``B`` envs with the compressed policy the actor was
 given, the Corrector and learner update with the non-finite guard fused in
 (:func:`accerl_jax.guard.guard_update`), and re-compression of the new learner parameters every
-``--compress-every`` updates. The actor acts with the compressed parameters made ``--policy-lag`` updates
+``--compress-every`` updates; a distill compressor gets the learner's own outputs at the rollout's
+observations as its teacher's (``Run.teacher_update``), so no second teacher forward pass is traced. The actor acts with the compressed parameters made ``--policy-lag`` updates
 before the latest (a fixed-length tuple in the state, oldest first); each set carries its *policy
 version* (the update after which it was compressed), so the lag of the acting policy is known at every
 update. The host side (:mod:`accerl_jax.loops.anakin`) dispatches chunks and reads their outputs.
