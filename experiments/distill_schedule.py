@@ -5,8 +5,8 @@ Each configuration is a set of extra flags for the main job (``python -m accerl_
 settings otherwise). Runs are whole processes, interleaved: for each repeat and seed every configuration
 runs once, in a rotated order, so that a busy spell of a shared machine falls on all of them alike.
 Per run: the time to target (``wall_time_s`` of the first ``metrics.csv`` row whose ``return_mean``
-reaches it; from the start of setup, compilation included), the whole process time, the final return and
-the largest logged ``kl_learner_actor`` (KL(π_learner ‖ π_actor) of the acting policy, nats). Per
+reaches it; from the start of setup, compilation included) and its env steps, the whole process time,
+the final return and the largest logged ``kl_learner_actor`` (KL(π_learner ‖ π_actor) of the acting policy, nats). Per
 configuration: the median time to target and its ratio to ``none``'s, each run paired with the ``none``
 run of the same seed and repeat.
 
@@ -82,10 +82,13 @@ def run_one(name: str, seed: int) -> dict:
         rows = read_rows(logdir)
         with open(os.path.join(logdir, "summary.json")) as f:
             summary = json.load(f)
-    ttt = next((_float(r["wall_time_s"]) for r in rows if _float(r["return_mean"]) >= TARGET_RETURN), None)
+    hit = next((r for r in rows if _float(r["return_mean"]) >= TARGET_RETURN), None)
+    ttt = None if hit is None else _float(hit["wall_time_s"])
     kls = [_float(r["kl_learner_actor"]) for r in rows if "kl_learner_actor" in r]
     kls = [k for k in kls if np.isfinite(k)]
     return {"config": name, "seed": seed, "time_to_target_s": ttt, "process_s": process_s,
+            # Samples to the target: separates sample efficiency from the time per update.
+            "env_steps_to_target": None if hit is None else int(_float(hit["env_steps"])),
             "wall_time_s": summary["wall_time_s"], "final_return": summary["final_return_mean"],
             "max_kl_learner_actor": max(kls) if kls else None, "final_kl_learner_actor": summary["kl_learner_actor"],
             "load_1min": os.getloadavg()[0]}
