@@ -287,7 +287,7 @@ class Driver:
             f0 = final[0]
             measure = self.stopped is None and run.writer and f0.obs is not None
             report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
-            report["cost_split"] = (stepper.cost_split() if measure else {}) or None
+            report["cost_split"] = (stepper.cost_split() if measure and run.cfg.cost_split else {}) or None
         except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
             self.stopped = "interrupted"
             report = unmeasured_speed(run)

@@ -28,7 +28,7 @@ def tiny(logdir, **kw) -> Config:
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("anakin") / "run"
-    return loop.train(tiny(logdir, loop="anakin")), str(logdir)
+    return loop.train(tiny(logdir, loop="anakin", cost_split=True)), str(logdir)
 
 
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():

@@ -647,7 +647,7 @@ def test_gymnax_time_limit_bounds_the_slots_and_the_actor_packs_exactly():
             np.testing.assert_allclose(float(new[k]), float(ref[k]), rtol=1e-5, atol=1e-5, err_msg=k)
 
 
-@pytest.mark.parametrize("name, continuous", [("vtrace", False), ("retrace", False), ("appo", True)])
+@pytest.mark.parametrize("name, continuous", [("vtrace", False), ("appo", True)])
 def test_update_outputs_are_the_forward_pass_at_the_parameters_it_started_from(name, continuous):
     """``make_update(outputs=True)``: the same state and metrics as without, plus the network's outputs at
     ``batch.obs`` under the parameters before the update (APPO: θ_old, before its 2 epochs' steps), the
