@@ -27,13 +27,14 @@ GROUPS = (
         "learning_rate", "anneal_lr", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
         "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "epochs", "minibatches")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
-        "distill_steps", "distill_learning_rate", "distill_async", "compress_every", "policy_lag", "max_actor_kl",
+        "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
+        "policy_lag", "max_actor_kl",
         "auto_candidates", "auto_every", "auto_max_clip")),
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
-        "log_every", "return_window", "progress", "wandb", "wandb_project", "checkpoint_every", "keep_checkpoints",
-        "on_nan")),
+        "log_every", "return_window", "progress", "cost_split", "wandb", "wandb_project", "checkpoint_every",
+        "keep_checkpoints", "on_nan")),
     ("hosts", "multi-host training (one process per host)", ("coordinator_address", "num_processes", "process_id")),
 )
 

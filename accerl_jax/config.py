@@ -136,10 +136,20 @@ class Config:
     """Distillation gradient steps per learner update (distill compressors)."""
     distill_learning_rate: float = 1e-3
     """Adam learning rate of the distillation student."""
+    distill_reuse_teacher: bool = True
+    """Distil on the teacher outputs the learner's own forward pass computed over the rollout (under the
+    parameters before its update, so the student tracks the learner one update behind) instead of a second
+    forward pass of the updated learner. Anakin loop, and the sequential loop of one process; the Sebulba
+    loop and a sequential loop over several processes always run that second pass."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:
     the compress stage shrank, the actor and learner grew by as much)."""
+    cost_split: bool = False
+    """After training, time each compiled piece of an Anakin update alone (rollout with the acting and with
+    the learner's policy, learner update, compression) and report the actor's share and the ceiling on
+    what actor compression can save (summary.json cost_split); off by default: compiling the pieces
+    costs a few seconds."""
     log_every: int = 10
     """Write metrics every this many learner updates; KL(π_learner ‖ π_actor) and agreement of a freshly
     compressed actor policy (TensorBoard refresh/*) every this many refreshes of it."""

@@ -93,6 +93,10 @@ class Stepper(Protocol):
     def fields(self) -> dict:
         """Loop-specific summary fields (``loop``, per-stage times, ...)."""
 
+    def cost_split(self) -> dict:
+        """The per-update cost split of a loop whose stages are not timed apart while training
+        (:func:`accerl_jax.cost.amdahl`, measured after training), or {}."""
+
     def close(self) -> None:
         """Release what the stepper holds (threads); called once, also after an exception."""
 
@@ -284,8 +288,9 @@ class Driver:
             if self.logged != self.completed:  # an interrupted run's last updates get their row too
                 self._log(self.completed, False)
             f0 = final[0]
-            report = (measure_speed(run, f0.learner, f0.actor_params, f0.obs)
-                      if self.stopped is None and run.writer and f0.obs is not None else unmeasured_speed(run))
+            measure = self.stopped is None and run.writer and f0.obs is not None
+            report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
+            report["cost_split"] = (stepper.cost_split() if measure and run.cfg.cost_split else {}) or None
         except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
             self.stopped = "interrupted"
             report = unmeasured_speed(run)
@@ -338,7 +343,7 @@ def measure_speed(run: Run, state, actor_params, obs) -> dict:
 def unmeasured_speed(run: Run) -> dict:
     """The speed fields of a run that stopped early (its policy speed is not measured)."""
     return {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
-            "forward_batch": run.info.num_envs}
+            "forward_batch": run.info.num_envs, "cost_split": None}
 
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,

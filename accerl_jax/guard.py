@@ -9,7 +9,8 @@ calls :func:`guard_update` inside its scan; :class:`UpdateGuard` jits it for the
 
 Both wrap any ``update(state, batch) -> (state, metrics)`` whose metrics hold ``loss`` and
 ``grad_norm`` (the global norm of the gradients; it is non-finite iff some gradient is) and whose state
-has ``params``.
+has ``params``; :func:`guard_update` also an ``update(state, batch) -> (state, metrics, outputs)``
+(:func:`accerl_jax.learner.make_update` with ``outputs=True``), whose outputs it passes on.
 """
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def stop_reason(bad: str, update: int, metrics: dict, where: str = "") -> str:
 
 
 def guard_update(update: Callable, on_nan: str) -> Callable:
-    """A traceable guarded update ``(state, batch, update_number) -> (state, metrics, bad)``.
+    """A traceable guarded update ``(state, batch, update_number) -> (state, metrics, bad)``; an
+    ``update`` that returns ``(state, metrics, outputs)`` gives ``(state, metrics, bad, outputs)`` (the
+    outputs of the forward pass under the parameters the update started from, kept as they are).
 
     ``bad`` ([] int32) is :data:`FINITE` or the index into :data:`QUANTITIES` of the first non-finite
     quantity of this update; with ``on_nan="skip"`` a bad update returns the *previous* state (the caller
@@ -69,12 +72,12 @@ def guard_update(update: Callable, on_nan: str) -> Callable:
     check_on_nan(on_nan)
 
     def guarded(state, batch, update_number):
-        new_state, metrics = update(state, batch)
+        new_state, metrics, *outputs = update(state, batch)
         bad = first_bad(finite_flags(metrics, new_state.params))
         if on_nan == "skip":
             ok = bad == FINITE
             new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
-        return new_state, metrics, bad
+        return (new_state, metrics, bad, *outputs)
 
     return guarded
 
@@ -90,7 +93,8 @@ class UpdateGuard:
       skipped: skipped updates so far (from a checkpoint when resuming).
       family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
 
-    Calling it with ``(state, batch, update_number)`` returns ``(state, metrics, bad)``: ``bad`` names
+    Calling it with ``(state, batch, update_number)`` returns ``(state, metrics, bad)`` (and the
+    update's outputs fourth, for an update that returns them, as :func:`guard_update`): ``bad`` names
     the non-finite quantity in stop mode, else None; ``metrics`` gains ``skipped_updates`` (cumulative
     count). The one host sync is the read of the finite flags.
 
@@ -110,9 +114,9 @@ class UpdateGuard:
         self.skipped = skipped
 
     def __call__(self, state, batch, update_number: int = 0):
-        new_state, metrics, bad = self.step(state, batch, jnp.int32(update_number))
+        new_state, metrics, bad, *outputs = self.step(state, batch, jnp.int32(update_number))
         bad = quantity(int(bad))
         if bad is not None and self.on_nan == "skip":
             self.skipped += 1
             bad = None
-        return new_state, dict(metrics, skipped_updates=jnp.float32(self.skipped)), bad
+        return (new_state, dict(metrics, skipped_updates=jnp.float32(self.skipped)), bad, *outputs)

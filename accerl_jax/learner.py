@@ -111,6 +111,15 @@ class LossConfig:
         return self.epochs * self.minibatches
 
 
+class LearnerOutputs(NamedTuple):
+    """The learner network's outputs at ``batch.obs`` under the parameters an update starts from (its own
+    forward pass; gradients stopped). A distillation compressor takes them as its teacher's outputs
+    (:class:`accerl_jax.compressor.Compressor` ``takes_teacher``) instead of a second forward pass."""
+
+    policy_out: jax.Array  # [T, B, A] float32 logits, or [T, B, 2D] Gaussian mean then log-std
+    value: jax.Array  # [T, B] float32 state values
+
+
 class LearnerState(NamedTuple):
     params: Any  # flax variables of the learner network
     opt_state: Any  # optax state
@@ -199,6 +208,11 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
     Raises:
       ValueError: for ``retrace`` with continuous actions.
     """
+    return _loss_sums_and_outputs(params, apply, batch, cfg)[:2]
+
+
+def _loss_sums_and_outputs(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig):
+    """:func:`loss_sums` and the :class:`LearnerOutputs` of its forward pass over ``batch.obs``."""
     if cfg.corrector == "retrace":
         return _retrace_loss_sums(params, apply, batch, cfg)
     continuous = is_continuous(batch)
@@ -218,7 +232,11 @@ def loss_sums(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> tuple[
         "vs": jnp.sum(mask * targets.vs),
         **ratio_sums(log_rho, mask, cfg),
     }
-    return jnp.sum(mask), sums
+    return jnp.sum(mask), sums, _outputs(out, v_tm1)
+
+
+def _outputs(policy_out, value) -> LearnerOutputs:
+    return jax.lax.stop_gradient(LearnerOutputs(policy_out.astype(jnp.float32), value.astype(jnp.float32)))
 
 
 def _discount_and_done(cfg: LossConfig, batch: Rollout):
@@ -277,7 +295,7 @@ def _retrace_loss_sums(params, apply, batch: Rollout, cfg: LossConfig):
         "vs": jnp.sum(mask * targets),
         **ratio_sums(log_rho, mask, cfg),
     }
-    return jnp.sum(mask), sums
+    return jnp.sum(mask), sums, _outputs(logits, v_tm1)
 
 
 class AppoTargets(NamedTuple):
@@ -293,12 +311,18 @@ class AppoTargets(NamedTuple):
 def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> AppoTargets:
     """The corrector's targets for APPO with the parameters the update starts from (θ_old); forward
     passes as :func:`loss_sums`."""
+    return _appo_targets_and_outputs(params, apply, batch, cfg)[0]
+
+
+def _appo_targets_and_outputs(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig):
+    """:func:`appo_targets` and the :class:`LearnerOutputs` (under θ_old) of its forward pass."""
     out, v_tm1 = apply(params, batch.obs)[:2]
     v_t = next_step_outputs(v_tm1, apply(params, batch.bootstrap_obs)[1], batch.truncated)
     log_pi = policy_distribution(out, is_continuous(batch)).log_prob(batch.action)
     log_rho = log_pi - batch.log_prob
     targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)
-    return jax.lax.stop_gradient(AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho), log_rho))
+    old = AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho), log_rho)
+    return jax.lax.stop_gradient(old), _outputs(out, v_tm1)
 
 
 def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg: LossConfig):
@@ -373,8 +397,10 @@ def make_update(
     mesh: Mesh | None = None,
     family: str = "mlp",
     learning_rate: optax.Schedule | None = None,
+    outputs: bool = False,
 ):
-    """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``.
+    """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``
+    (``outputs``: ``-> (state, metrics, LearnerOutputs)``).
 
     Args:
       apply: learner network apply function; for ``cfg.corrector == "retrace"`` the one that also returns
@@ -386,6 +412,9 @@ def make_update(
       family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
       learning_rate: the optimizer's schedule (:func:`make_schedule`), to report the learning rate of
         each step as the metric ``learning_rate``; None: not reported.
+      outputs: also return the :class:`LearnerOutputs` ``[T, B, ...]`` of the update's own forward pass
+        over ``batch.obs`` under the parameters it starts from (APPO: θ_old), sharded like the batch: the
+        teacher's outputs a distillation compressor reuses (no second forward pass).
 
     Returns:
       ``update``: takes :class:`LearnerState` (replicated) and a :class:`Rollout` ``[T, B, ...]`` with
@@ -405,16 +434,17 @@ def make_update(
     n_dev = mesh.devices.size
 
     def _grad_step(state: LearnerState, sums_fn):
-        """One optimizer step on the global masked-mean loss of ``sums_fn(params) -> (count, sums)``."""
+        """One optimizer step on the global masked-mean loss of ``sums_fn(params) -> (count, sums, aux)``;
+        returns ``(state, metrics, aux)``."""
 
         def total_loss(params):
-            count, sums = sums_fn(params)
+            count, sums, aux = sums_fn(params)
             count = jax.lax.psum(count, AXIS)
             count = jnp.maximum(count, 1.0)
             loss = (sums["pg"] + cfg.value_coef * sums["value"] - cfg.entropy_coef * sums["entropy"]) / count
-            return loss, (count, sums)
+            return loss, (count, sums, aux)
 
-        (loss, (count, sums)), grads = jax.value_and_grad(total_loss, has_aux=True)(state.params)
+        (loss, (count, sums, aux)), grads = jax.value_and_grad(total_loss, has_aux=True)(state.params)
         # No psum of grads here: params are replicated (P()), so under shard_map's varying-axes checking
         # (check_vma=True) their gradient already is the sum over devices; a second psum doubled it.
         sums = jax.lax.psum(sums, AXIS)
@@ -436,12 +466,12 @@ def make_update(
         }
         if learning_rate is not None:  # the rate this step used: optax's schedule counts steps from 0
             metrics["learning_rate"] = jnp.asarray(learning_rate(state.step), jnp.float32)
-        return LearnerState(params, opt_state, state.step + 1, state.key), metrics
+        return LearnerState(params, opt_state, state.step + 1, state.key), metrics, aux
 
     def _local(state: LearnerState, batch: Rollout):
         if cfg.loss != "appo":
-            return _grad_step(state, lambda p: loss_sums(p, apply, batch, cfg))
-        old = appo_targets(state.params, apply, batch, cfg)
+            return _grad_step(state, lambda p: _loss_sums_and_outputs(p, apply, batch, cfg))
+        old, teacher = _appo_targets_and_outputs(state.params, apply, batch, cfg)
         if cfg.minibatches > 1 and n_dev > 1:
             # Minibatches are drawn from the *global* batch: every device holds all of it (its columns in
             # device order, as sharded) and takes its share of each minibatch's columns.
@@ -452,13 +482,17 @@ def make_update(
         def step(st, cols):
             take = lambda x: jnp.take(x, cols, axis=1)  # noqa: E731
             sub, sub_old = jax.tree.map(take, batch), jax.tree.map(take, old)
-            return _grad_step(st, lambda p: appo_loss_sums(p, apply, sub, sub_old, cfg))
+            return _grad_step(st, lambda p: (*appo_loss_sums(p, apply, sub, sub_old, cfg), ()))[:2]
 
         state, metrics = jax.lax.scan(step, state, idx)
-        return state, jax.tree.map(jnp.mean, metrics)
+        return state, jax.tree.map(jnp.mean, metrics), teacher
+
+    def _local_out(state: LearnerState, batch: Rollout):
+        return _local(state, batch) if outputs else _local(state, batch)[:2]
 
     batch_spec = P(None, AXIS)
-    sharded = jax.shard_map(_local, mesh=mesh, in_specs=(P(), batch_spec), out_specs=(P(), P()))
+    out_specs = (P(), P(), batch_spec) if outputs else (P(), P())
+    sharded = jax.shard_map(_local_out, mesh=mesh, in_specs=(P(), batch_spec), out_specs=out_specs)
     jitted = xla.jit(sharded, family)
 
     def update(state: LearnerState, batch: Rollout):

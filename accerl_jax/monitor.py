@@ -534,6 +534,15 @@ def print_summary(summary: dict) -> None:
         if summary.get("distill_time_s"):
             table.add_row("  of which distillation", f"{summary['distill_time_s']:.1f} s",
                           share(summary["distill_time_s"]))
+    split = summary.get("cost_split")
+    if split:  # measured after training, each compiled piece alone (accerl_jax.cost)
+        ms = lambda k: f"{1e3 * split[k]:.2f}"  # noqa: E731
+        table.add_row("per update, pieces alone: actor (uncompressed) / learner / compression",
+                      f"{ms('actor_s_per_update')} ({ms('uncompressed_actor_s_per_update')}) / "
+                      f"{ms('learner_s_per_update')} / {ms('compress_s_per_update')} ms", "")
+        table.add_row("actor share / ceiling of actor compression / this compressor's saving",
+                      f"{100 * split['actor_share']:.0f}% / {100 * split['ceiling']:.0f}% / "
+                      f"{100 * split['predicted_saving']:.0f}%", "")
     speedup = summary["actor_policy_speedup"]
     table.add_row(
         f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",

@@ -152,8 +152,15 @@ class Run:
     compressor: Compressor
     actor_apply: Callable
     actor: Any  # accerl_jax.actor.ShardedActor (gymnax) | HostActor (envpool)
+    # apply -> the same actor (envs, groups, placement) running another policy (gymnax; None for envpool):
+    # the cost split times the learner's own policy's rollout with it.
+    actor_for: Callable | None
     optimizer: Any
     update: Callable
+    # The same update also returning the learner's outputs at the rollout's observations
+    # (learner.make_update(outputs=True)), for a compressor that takes them as its teacher's
+    # (Compressor.takes_teacher, --distill-reuse-teacher) in a loop whose learner state is global; else None.
+    teacher_update: Callable | None
     params: Any  # the learner's initial parameters
     state: learner_lib.LearnerState  # the learner's initial state (a resumed run's is in ``restored``)
     k_comp: jax.Array
@@ -252,12 +259,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
     # The learner's mesh: all devices of all processes (one process: its local devices).
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
-    update = learner_lib.make_update(loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
-                                     learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps,
-                                                                             anneal=cfg.anneal_lr))
+    make_update = functools.partial(
+        learner_lib.make_update, loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
+        learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
+    update = make_update()
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
+    reuse = compressor.takes_teacher and cfg.distill_reuse_teacher and global_state
+    teacher_update = make_update(outputs=True) if reuse else None
     if n_proc > 1:
         state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]),
                                        key=learner_lib.learner_key(cfg.seed))
@@ -266,13 +276,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     else:
         state = learner_lib.init_state(params, optimizer, mesh, key=learner_lib.learner_key(cfg.seed))
     actor_apply = compressor.actor_apply(learner_apply)
+    actor_for = None
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
         # number of devices and processes. A global state places all groups over the mesh; the sequential
         # loop of several processes steps this process's own groups on its first device.
         groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
-        actor = make_actor(make_env(cfg.env, 1, cfg.seed), actor_apply, cfg.rollout_length, family=spec.family,
-                           groups=groups, mesh=mesh if global_state else None)
+        actor_for = functools.partial(make_actor, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
+                                      family=spec.family, groups=groups, mesh=mesh if global_state else None)
+        actor = actor_for(actor_apply)
     else:
         actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
         if n_proc > 1:  # host envs: each process samples its actions with its own key
@@ -320,7 +332,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     return Run(
         cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info,
         learner_apply=learner_apply, loss_apply=loss_apply, compressor=compressor, actor_apply=actor_apply,
-        actor=actor, optimizer=optimizer, update=update, params=params, state=state, k_comp=k_comp,
+        actor=actor, actor_for=actor_for, optimizer=optimizer, update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
         k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
         mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )

@@ -168,14 +168,14 @@ def measure_programs(compressor: str, args, chunk: int = 10, rounds: int = 8) ->
 
     from accerl_jax import run as run_lib
     from accerl_jax.config import Config
-    from accerl_jax.loops import anakin, anakin_state
+    from accerl_jax.loops import anakin_program, anakin_state
 
     bare, bare_state, _ = make_bare(compressor, args)
     n = jnp.zeros((chunk,))
     cfg = Config(env=args.env, compressor=compressor, progress=False,
                  logdir=tempfile.mkdtemp(prefix="throughput-program-"))
     run = run_lib.setup(cfg, [])
-    fn = anakin.make_chunk(run)
+    fn = anakin_program.make_chunk(run)
     state = anakin_state.place_state(run, anakin_state.initial_state(run, cfg.seed))
     for _ in range(2):
         bare_state = jax.block_until_ready(bare(bare_state, n))

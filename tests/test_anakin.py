@@ -28,7 +28,7 @@ def tiny(logdir, **kw) -> Config:
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("anakin") / "run"
-    return loop.train(tiny(logdir, loop="anakin")), str(logdir)
+    return loop.train(tiny(logdir, loop="anakin", cost_split=True)), str(logdir)
 
 
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
@@ -89,6 +89,29 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
+def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
+    """With a distill compressor both loops hand the learner's own outputs at the rollout's observations to
+    the student's steps (--distill-reuse-teacher, the default; ``Run.teacher_update``): the same student
+    and learner to float32 rounding. Without the flag, or for a compressor without a distill stage, the
+    run has no such update (the student then distils on a forward pass of the updated learner)."""
+    from accerl_jax import run as run_lib
+
+    kw = dict(compressor="distill:tiny", distill_steps=2, total_steps=4 * 8 * 2)
+    for flags, reuse in ((kw, True), (dict(kw, distill_reuse_teacher=False), False), ({}, False)):
+        run = run_lib.setup(tiny(tmp_path / f"setup{len(flags)}", **flags), [])
+        run.lock.release()
+        run.saver.close()
+        run.monitor.close()
+        assert (run.teacher_update is not None) == reuse, flags
+    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **kw))
+    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **kw))
+    assert fused["updates"] == staged["updates"] == 2
+    a, b = (checkpoint.read_leaves(str(tmp_path / d), 2) for d in ("fused", "seq"))
+    assert list(a) == list(b) and any("student_params" in p for p in a)
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+
+
 def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, capsys):
     """The Anakin loop's stages run inside one program and are not timed apart: the summary table shows the
     time the host waited for that program, never "actor time 0.0 s"."""
@@ -99,6 +122,13 @@ def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, caps
     print_summary(summary)
     out = capsys.readouterr().out
     assert "fused program" in out and "actor time" not in out and "learner time" not in out
+    # The pieces, each timed alone after training (accerl_jax.cost): no stage reads 0.
+    split = summary["cost_split"]
+    for key in ("actor", "uncompressed_actor", "learner", "compress"):
+        assert split[f"{key}_s_per_update"] >= 0, key
+    assert split["actor_s_per_update"] > 0 and split["learner_s_per_update"] > 0
+    assert 0 < split["actor_share"] < 1 and 0 < split["ceiling"] < 1
+    assert "alone" in out and "ceiling" in out  # (the rows wrap in a narrow console)
 
 
 def test_anakin_refuses_envpool_on_several_devices(monkeypatch):

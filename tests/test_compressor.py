@@ -1032,3 +1032,48 @@ def test_async_distillation_publishes_versions_and_learns():
     time.sleep(0.5)
     _, s_c = c.compress(net.params, state, None)
     assert int(s_a.version) == int(s_b.version) == int(s_c.version)
+
+
+@pytest.mark.parametrize("spec", ["distill:small", "distill:small+int8"])
+def test_distill_takes_the_teachers_outputs_instead_of_a_forward_pass(spec):
+    """``compress(..., teacher=(logits, values))`` distils on the given outputs: given the teacher's own,
+    it makes the student a forward pass of ``params`` would; the ``params`` are then not read; given
+    other outputs, another student. Only chains with a distill stage declare ``takes_teacher``."""
+    net = _net("mlp")
+    c = _compressor(spec, "mlp")
+    assert c.takes_teacher and not _compressor("int8", "mlp").takes_teacher
+    assert not _compressor("none", "mlp").takes_teacher
+    obs = net.obs
+    _, state = c.init(net.params, jax.random.PRNGKey(0), obs)
+    other = jax.tree.map(lambda x: -x, net.params)
+    fresh, fresh_state = c.compress(net.params, state, obs)
+    given, given_state = c.compress(other, state, obs, teacher=net.japply(net.params, obs))
+    _assert_trees_close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves((fresh, fresh_state)), jax.tree.leaves((given, given_state)), strict=True):
+        _assert_trees_close(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    assert int(given_state["distill"].version) == 1 and int(given_state["distill"].steps) == 4
+    _, wrong_state = c.compress(net.params, state, obs, teacher=net.japply(other, obs))
+    assert float(wrong_state["distill"].loss) != pytest.approx(float(fresh_state["distill"].loss), rel=1e-3)
+
+
+def test_async_distillation_takes_the_teachers_outputs():
+    """The background thread distils on the outputs handed in with the snapshot, as the synchronous mode."""
+    from accerl_jax.compressor import distill
+
+    net = _net("mlp")
+    student = networks.student_spec(net.spec, "small")
+    sync, asynchronous = (distill(net.apply, student, steps=3, asynchronous=a) for a in (False, True))
+    _, s0 = sync.init(net.params, jax.random.PRNGKey(0))
+    asynchronous.init(net.params, jax.random.PRNGKey(0))
+    teacher = net.japply(net.params, net.obs)
+    _, want = sync.compress(net.params, s0, net.obs)
+    asynchronous.compress(jax.tree.map(lambda x: -x, net.params), s0, net.obs, teacher=teacher)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        _, got = asynchronous.compress(net.params, s0, None)
+        if int(got.version) == 1:
+            break
+        time.sleep(0.05)
+    assert int(got.version) == 1 and int(got.steps) == 3
+    for a, b in zip(jax.tree.leaves(want.student_params), jax.tree.leaves(got.student_params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

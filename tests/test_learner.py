@@ -690,3 +690,29 @@ def test_appo_update_depends_on_the_learner_key(params):
     np.testing.assert_array_equal(s0.key, learner.learner_key(0))
     assert _max_abs_diff(s0.params, s0_again.params) == 0.0
     assert _max_abs_diff(s0.params, s1.params) > 1e-6
+
+
+@pytest.mark.parametrize("name, continuous", [("vtrace", False), ("appo", True)])
+def test_update_outputs_are_the_forward_pass_at_the_parameters_it_started_from(name, continuous):
+    """``make_update(outputs=True)``: the same state and metrics as without, plus the network's outputs at
+    ``batch.obs`` under the parameters before the update (APPO: θ_old, before its 2 epochs' steps), the
+    teacher's outputs a distillation compressor reuses."""
+    cfg = ONE_FWD_CONFIGS[name]
+    if name == "appo":
+        cfg = learner.LossConfig(loss="appo", lambda_=0.9, discount=0.95, epochs=2)
+    apply, params = _one_fwd_net(name, continuous)
+    batch, _ = _ends_batch("tight", continuous)
+    mesh, opt = learner.make_mesh(jax.devices()[:1]), optax.adam(1e-2)
+    state = learner.init_state(params, opt, mesh, key=learner.learner_key(0))
+    plain, metrics = learner.make_update(apply, opt, cfg, mesh)(state, batch)
+    new, new_metrics, out = learner.make_update(apply, opt, cfg, mesh, outputs=True)(state, batch)
+    _assert_trees_close(new, plain, rtol=0, atol=0)
+    assert new_metrics.keys() == metrics.keys()
+    for k in metrics:
+        assert float(new_metrics[k]) == float(metrics[k]), k
+    policy_out, value = apply(params, batch.obs)[:2]
+    assert isinstance(out, learner.LearnerOutputs) and out.policy_out.shape == policy_out.shape
+    np.testing.assert_allclose(out.policy_out, policy_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.value, value, rtol=1e-5, atol=1e-6)
+    # Not the updated parameters' outputs.
+    assert float(jnp.max(jnp.abs(apply(new.params, batch.obs)[0] - out.policy_out))) > 1e-4

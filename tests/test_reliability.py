@@ -67,13 +67,13 @@ def poison_updates(monkeypatch, at: set[int], what: str) -> None:
     def guard_update(update, on_nan):
         def guarded(state, batch, update_number):
             def poisoned(s, b):
-                s, metrics = update(s, b)
+                s, metrics, *outputs = update(s, b)
                 hit = jnp.any(update_number == numbers)
                 if what == "params":
                     s = s._replace(params=jax.tree.map(lambda p: jnp.where(hit, p * jnp.nan, p), s.params))
                 else:
                     metrics = dict(metrics, **{what: jnp.where(hit, jnp.float32(jnp.nan), metrics[what])})
-                return s, metrics
+                return (s, metrics, *outputs)
 
             return real(poisoned, on_nan)(state, batch, update_number)
 

@@ -112,10 +112,11 @@ class AutoCompressor:
       speed_forwards, rounds: forward passes per timed scan; interleaved timing rounds.
 
     ``timed_stages`` is empty, as :class:`~accerl_jax.compressor.base.Compressor`'s: auto's time is all
-    compression.
+    compression. ``takes_teacher`` is False: its distilling candidates run their own teacher pass.
     """
 
     timed_stages: tuple = ()
+    takes_teacher: bool = False
 
     def __init__(self, candidates: Sequence[tuple[str, Compressor]], teacher_apply: ApplyFn, *, family: str,
                  divergence: Callable, forward_timer: Callable, max_kl: float, every: int = 100,

@@ -7,7 +7,11 @@ A compressor turns learner parameters into the parameters of the policy the Acto
   are first observations, which calibrating stages (``int8``) need.
 * ``compress(params, state, obs) -> (actor_params, state)``: new actor parameters from the current
   learner ``params``; ``obs [N, *obs_shape]`` are recent actor observations (distillation trains on
-  them, others ignore them).
+  them, others ignore them). A compressor that declares ``takes_teacher`` also accepts
+  ``compress(params, state, obs, teacher=(policy_out [N, ...], value [N]))``: the learner network's
+  outputs at ``obs``, which the loop has from the learner's own forward pass (under the parameters
+  before the update, :class:`accerl_jax.learner.LearnerOutputs`), used instead of a forward pass of
+  ``params`` over ``obs``.
 * ``actor_apply(apply) -> apply``: the apply function of the actor network, given the apply function
   of the network the compressor's input parameters belong to (static, Python-level).
 
@@ -29,12 +33,15 @@ class Compressor(NamedTuple):
 
     * ``timed_stages``: stages whose seconds the Monitor reports apart (``distill``); a compressor that
       declares any takes ``compress(..., timer=...)`` (:func:`chain`).
+    * ``takes_teacher``: ``compress`` takes the keyword ``teacher`` (module docstring); a loop that has
+      the learner's outputs at ``obs`` passes them, saving the compressor a forward pass of the teacher.
     """
 
     init: Callable[..., tuple[Params, Any]]  # (params, key[, obs])
     compress: Callable[[Params, Any, jax.Array], tuple[Params, Any]]
     actor_apply: Callable[[ApplyFn], ApplyFn]
     timed_stages: tuple = ()
+    takes_teacher: bool = False
 
 
 class IdentityState(NamedTuple):
@@ -54,7 +61,9 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
     """Compose ``(name, compressor)`` pairs, applied left to right; state is a dict keyed by name.
 
     The chain's ``compress`` also takes an optional keyword ``timer``: ``timer(name)`` returns a context
-    manager entered around stage ``name``, which is blocked on before it exits (per-stage wall time).
+    manager entered around stage ``name``, which is blocked on before it exits (per-stage wall time);
+    and ``teacher`` (the learner network's outputs at ``obs``), passed to the stages that declare
+    ``takes_teacher`` (the chain declares it when any stage does).
 
     Raises:
       ValueError: if two stages share a name.
@@ -71,16 +80,17 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
             params, state[name] = c.init(params, k) if obs is None else c.init(params, k, obs)
         return params, state
 
-    def compress(params, state, obs, *, timer=None):
+    def compress(params, state, obs, *, timer=None, teacher=None):
         # timer(name): a context manager around each stage, which is then blocked on inside it, so that
         # the Monitor can time a stage (distillation) apart from the rest; None: no blocking.
         new_state = {}
         for name, c in named:
+            kwargs = {"teacher": teacher} if c.takes_teacher and teacher is not None else {}
             if timer is None:
-                params, new_state[name] = c.compress(params, state[name], obs)
+                params, new_state[name] = c.compress(params, state[name], obs, **kwargs)
             else:
                 with timer(name):
-                    params, new_state[name] = jax.block_until_ready(c.compress(params, state[name], obs))
+                    params, new_state[name] = jax.block_until_ready(c.compress(params, state[name], obs, **kwargs))
         return params, new_state
 
     def actor_apply(apply):
@@ -89,4 +99,5 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
         return apply
 
     timed = tuple(name for name, c in named if c.timed_stages)
-    return Compressor(init, compress, actor_apply, timed_stages=timed)
+    return Compressor(init, compress, actor_apply, timed_stages=timed,
+                      takes_teacher=any(c.takes_teacher for _, c in named))

@@ -12,6 +12,10 @@ policy distils with the exact KL of the two Gaussians, summed over the D action 
 
 where temperature does not apply (T must be 1). The student has its own Adam optimizer
 and takes ``steps`` full-batch gradient steps per call of ``compress``; the actor runs the student.
+The teacher's outputs on x come from a forward pass of the learner parameters given to ``compress``,
+or, given ``compress(..., teacher=(z_teacher, V_teacher))`` (``takes_teacher``), from the learner's own
+forward pass over the same observations: no second teacher pass, and the student then tracks the
+learner parameters of one update before.
 Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`; ``prune:<f>+distill``
 fine-tunes the structurally pruned network instead (``init_student``).
 
@@ -137,9 +141,13 @@ def distill(
         return DistillState(params, opt_state, state.steps + 1, loss.astype(jnp.float32), state.version)
 
     @jax.jit
+    def _fused_steps(state: DistillState, obs, t_logits, t_value):
+        return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value), state)
+
+    @jax.jit
     def _fused(state: DistillState, params, obs):
         t_logits, t_value = teacher_apply(params, obs)
-        return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value), state)
+        return _fused_steps(state, obs, t_logits, t_value)
 
     teacher = xla.jit(teacher_apply, student.family)
     # Gradient steps of a conv net inside one XLA:CPU loop run ~20x slower than separate calls
@@ -155,11 +163,12 @@ def distill(
         zero = jnp.zeros((), jnp.int32)
         return DistillState(student_params, optimizer.init(student_params), zero, jnp.zeros(()), zero)
 
-    def run_steps(state, params, obs):
+    def run_steps(state, params, obs, outputs=None):
+        # outputs: the teacher's (logits, values) at obs, from the learner's own forward pass.
         if fuse:
-            state = _fused(state, params, obs)
+            state = _fused(state, params, obs) if outputs is None else _fused_steps(state, obs, *outputs)
         else:
-            t_logits, t_value = teacher(params, obs)
+            t_logits, t_value = teacher(params, obs) if outputs is None else outputs
             for _ in range(steps):
                 state = _step(state, obs, t_logits, t_value)
         return state._replace(version=state.version + 1)
@@ -172,20 +181,21 @@ def distill(
             worker.reset(state)
         return state.student_params, state
 
-    def compress(params, state, obs):
+    def compress(params, state, obs, teacher=None):
         if worker is not None:
             if obs is not None:
-                worker.submit(params, obs)
+                worker.submit(params, obs, teacher)
             state = worker.latest()
         elif obs is not None:
-            state = run_steps(state, params, obs)
+            state = run_steps(state, params, obs, teacher)
         return state.student_params, state
 
-    return Compressor(init, compress, actor_apply=lambda apply: student_apply, timed_stages=("distill",))
+    return Compressor(init, compress, actor_apply=lambda apply: student_apply, timed_stages=("distill",),
+                      takes_teacher=True)
 
 
 class _AsyncWorker:
-    """A daemon thread running ``run_steps(state, params, obs)`` on the newest submitted snapshot.
+    """A daemon thread running ``run_steps(state, params, obs, teacher)`` on the newest submitted snapshot.
 
     ``submit`` replaces a snapshot the thread has not started yet (the newest teacher wins); ``latest``
     returns the last published state without waiting; ``wait`` blocks until every submitted snapshot
@@ -206,10 +216,10 @@ class _AsyncWorker:
         with self._cond:
             self._state, self._pending = state, None
 
-    def submit(self, params, obs) -> None:
+    def submit(self, params, obs, teacher=None) -> None:
         with self._cond:
             self._raise()
-            self._pending = (params, obs)
+            self._pending = (params, obs, teacher)
             self._cond.notify_all()
 
     def latest(self):
@@ -231,10 +241,10 @@ class _AsyncWorker:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending is not None)
-                (params, obs), self._pending, self._busy = self._pending, None, True
+                (params, obs, teacher), self._pending, self._busy = self._pending, None, True
                 state = self._state
             try:
-                new = jax.block_until_ready(self._run_steps(state, params, obs))
+                new = jax.block_until_ready(self._run_steps(state, params, obs, teacher))
             except Exception as err:  # surfaced to the caller at its next submit/latest
                 with self._cond:
                     self._error, self._busy = err, False

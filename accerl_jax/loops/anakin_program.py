@@ -4,7 +4,8 @@ updates as one jitted ``lax.scan`` (Podracer's Anakin, Hessel et al. 2021, https
 One *update* is: a rollout of ``T`` steps of the ``B`` envs with the compressed policy the actor was
 given, the Corrector and learner update with the non-finite guard fused in
 (:func:`accerl_jax.guard.guard_update`), and re-compression of the new learner parameters every
-``--compress-every`` updates. The actor acts with the compressed parameters made ``--policy-lag`` updates
+``--compress-every`` updates; a distill compressor gets the learner's own outputs at the rollout's
+observations as its teacher's (``Run.teacher_update``), so no second teacher forward pass is traced. The actor acts with the compressed parameters made ``--policy-lag`` updates
 before the latest (a fixed-length tuple in the state, oldest first); each set carries its *policy
 version* (the update after which it was compressed), so the lag of the acting policy is known at every
 update. The host side (:mod:`accerl_jax.loops.anakin`) dispatches chunks and reads their outputs.
@@ -65,22 +66,29 @@ def make_update_step(run: Run, with_rollout: bool = False):
     """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``
     (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on)."""
     cfg, compressor, info = run.cfg, run.compressor, run.info
-    guarded = guard_lib.guard_update(run.update, cfg.on_nan)
+    # run.teacher_update: the learner's own outputs at the rollout's observations go to the compressor as
+    # its teacher's (distillation then needs no second forward pass of the teacher).
+    reuse = run.teacher_update is not None
+    guarded = guard_lib.guard_update(run.teacher_update if reuse else run.update, cfg.on_nan)
     every = cfg.compress_every
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
         it = s.update + 1
         carry, rollout = run.actor.rollout_fn(s.actor_params[0], s.carry)
-        learner, metrics, bad = guarded(s.learner, rollout, it)
+        learner, metrics, bad, *outputs = guarded(s.learner, rollout, it)
         skipped = s.skipped + (bad != FINITE).astype(jnp.int32) if cfg.on_nan == "skip" else s.skipped
         obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
+        kwargs = {}
+        if reuse:
+            flat = lambda x: x.reshape((obs.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
+            kwargs["teacher"] = (flat(outputs[0].policy_out), flat(outputs[0].value))
         if every == 1:
-            actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs)
+            actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs, **kwargs)
             refreshed, version = jnp.bool_(True), it
         else:
             refreshed = it % every == 0
             actor_params, comp_state = jax.lax.cond(
-                refreshed, lambda: compressor.compress(learner.params, s.compressor, obs),
+                refreshed, lambda: compressor.compress(learner.params, s.compressor, obs, **kwargs),
                 lambda: (s.actor_params[-1], s.compressor))
             version = jnp.where(refreshed, it, s.versions[-1])
         first_bad = (s.bad_update == 0) & (bad != FINITE) if cfg.on_nan == "stop" else jnp.bool_(False)

@@ -25,7 +25,10 @@ class SequentialStepper:
 
     def __init__(self, run: Run):
         self.run = run
-        self.guard = UpdateGuard(run.update, run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
+        # run.teacher_update: the learner's outputs at the rollout's observations go to the compressor as
+        # its teacher's (no second forward pass of the teacher in distillation).
+        update = run.update if run.teacher_update is None else run.teacher_update
+        self.guard = UpdateGuard(update, run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
         self.env_calibration = list(run.extra.get("env_calibration", []))  # seconds of one env-only rollout
         self.decisions: list[dict] = []  # --compressor auto's decisions
@@ -78,14 +81,20 @@ class SequentialStepper:
             self.lag = it - 1 - versions[0]  # learner versions the acting policy is behind
             rho_params = self.state.params  # the parameters the update computes ρ with
             with monitor.time("learner"):
-                self.state, metrics, bad = self.guard(self.state, rollout, it)  # bad: --on-nan stop's quantity
+                # bad: --on-nan stop's quantity; outputs: the learner's at rollout.obs (run.teacher_update)
+                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
             metrics["policy_lag_versions"] = self.lag
             obs_flat = self._global_obs(rollout.obs)
+            teacher = {}
+            if outputs:
+                flat = lambda x: x.reshape((obs_flat.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
+                teacher["teacher"] = (flat(outputs[0].policy_out), flat(outputs[0].value))
             previous = self.actor_params
             if it % cfg.compress_every == 0:
                 with monitor.time("compress"):
-                    self.actor_params, self.comp_state = self.compress(self.state.params, self.comp_state, obs_flat)
+                    self.actor_params, self.comp_state = self.compress(self.state.params, self.comp_state, obs_flat,
+                                                                       **teacher)
                     if auto:  # may evaluate its candidates and switch (counted as compression)
                         self.actor_params, self.comp_state, decision = run.compressor.adapt(
                             it, self.state.params, self.comp_state, self.actor_params, rollout, rho_params=rho_params)
@@ -147,6 +156,9 @@ class SequentialStepper:
         if self.run.plan.auto:
             out.update(auto_decisions=self.decisions, auto_running=self.run.compressor.running(self.comp_state))
         return out
+
+    def cost_split(self) -> dict:
+        return {}  # its stages are timed apart while training
 
     def close(self) -> None:
         pass
