@@ -159,7 +159,8 @@ class SetupVote:
         self._client = _dist.global_state.client
         self._pid, self._n = jax.process_index(), jax.process_count()
         self._voted = False
-        self._flags = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_PROCESS}
+        # As the other processes will read them: through JSON (a tuple flag arrives as a list).
+        self._flags = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_PROCESS}))
         self._round = SetupVote._votes
         SetupVote._votes += 1
 

@@ -19,7 +19,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
-from accerl_jax.envs.envpool_env import envpool_seed
+from accerl_jax.seeds import envpool_seed
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts

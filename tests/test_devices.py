@@ -526,17 +526,19 @@ def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_p
 def test_two_processes_sequential_loop_equals_one_process(tmp_path):
     """The sequential loop on two processes (one device and ``--num-envs 4`` each) equals one process with
     ``--num-envs 8``: the same rollouts (every env keyed by its global index), the same learner, and the
-    same distilled student, because every process distils on the observations of the whole global batch."""
+    same distilled student, because every process distils on the observations of the whole global batch.
+    (Both distil with a second teacher pass: several processes of the sequential loop do not reuse the
+    learner's outputs as the teacher's, one process does.)"""
     from accerl_jax import checkpoint
 
     one_dir = tmp_path / "one"
-    _main_job(str(one_dir), loop="sequential")
+    _main_job(str(one_dir), loop="sequential", distill_reuse_teacher=False)
     logdir = tmp_path / "run"
     (tmp_path / "out").mkdir()
     port = _free_port()
     envs = [dict(device_env(1), TMPDIR=str(tmp_path)) for _ in range(2)]
     cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", "sequential",
-             "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+             "--no-distill-reuse-teacher", "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
              "--process-id", str(pid)] for pid in range(2)]
     outs = _launch(cmds, envs, tmp_path / "out")
     digests = _digests(outs)
@@ -582,3 +584,15 @@ def test_processes_given_different_flags_stop_before_anything_is_written(tmp_pat
         assert line.startswith("error: bad multi-host settings: the processes were given different flags"), err
         assert f"--num-envs {8 * (pid + 1)} (process {pid})" in line and "only --process-id differs" in line
     assert not logdir.exists()
+
+
+def test_the_plan_starts_no_jax_backend():
+    """A multi-host process checks its flags (the plan) before it joins the run, and joining must come before
+    anything starts JAX's backend: importing the CLI, the plan and the multi-host module must not."""
+    code = ("import accerl_jax.train, accerl_jax.plan, accerl_jax.distributed, accerl_jax.presets, accerl_jax.cli\n"
+            "from accerl_jax.plan import check_config\nfrom accerl_jax.config import Config\n"
+            "check_config(Config(env='envpool:CartPole-v1', coordinator_address='127.0.0.1:1', num_processes=2,"
+            " process_id=0), 2)\n"
+            "from jax._src import xla_bridge\nassert not xla_bridge._backends, 'a JAX backend was started'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

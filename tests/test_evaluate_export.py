@@ -1,8 +1,8 @@
 """Evaluate, watch and export a trained policy (python -m accerl_jax.evaluate / accerl_jax.export).
 
 One real run is trained (CartPole, ``distill:small+int8``, two updates) and evaluated, filmed and exported;
-the other policies (MLP ``none`` and ``distill:small``; a CNN on Breakout-MinAtar with
-``distill:small+int8``, whose learner policy stands for the CNN's ``none``) are checkpoints written the way training writes them
+the other policies (MLP ``none`` and ``distill:small``; a CNN on Breakout-MinAtar with ``distill:small``
+and with ``distill:small+int8``, whose learner policy stands for the CNN's ``none``) are checkpoints written the way training writes them
 (:class:`accerl_jax.checkpoint.Checkpointer`, the run's configuration, a learner and the compressor's
 ``init`` output) without training, which the export does not need. Every exported program is loaded
 by the README's plain-JAX loader and must give the framework's actions for the same observations and key.
@@ -89,6 +89,7 @@ def _readme_loader(folder: str):
 CASES = [  # (id, env, compressor)
     ("mlp-none", "gymnax:CartPole-v1", "none"),
     ("mlp-distill", "gymnax:CartPole-v1", "distill:small"),
+    ("cnn-distill", "gymnax:Breakout-MinAtar", "distill:small"),
     ("cnn-distill-int8", "gymnax:Breakout-MinAtar", "distill:small+int8"),
 ]
 
@@ -113,7 +114,8 @@ def exported(tmp_path_factory, runs):
     return out
 
 
-@pytest.mark.parametrize("case", ["mlp-none", "mlp-distill", "mlp-distill-int8", "cnn-learner", "cnn-distill-int8"])
+@pytest.mark.parametrize("case", ["mlp-none", "mlp-distill", "mlp-distill-int8", "cnn-learner", "cnn-distill",
+                                  "cnn-distill-int8"])
 def test_exported_policy_gives_the_frameworks_actions(runs, exported, tmp_path, case):
     if case == "cnn-learner":  # the uncompressed CNN policy (what 'none' runs): the learner's of a CNN run
         actor = exported["cnn-distill-int8"][2]

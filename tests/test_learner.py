@@ -203,7 +203,8 @@ def test_two_device_update_equals_single_device(two_device):
     assert max(np.max(np.abs(np.subtract(a, b))) for a, b in zip(p1, p0)) > 1e-4
     m1, m2 = two_device["metrics1"], two_device["metrics2"]
     assert set(m1) == set(m2) == {"loss", "pg_loss", "value_loss", "entropy", "rho_mean", "vs_mean", "grad_norm",
-                                  "abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac"}
+                                  "abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac",
+                                  "rho_clipped_mass"}
     for k in m1:
         np.testing.assert_allclose(m2[k], m1[k], rtol=RTOL, atol=ATOL, err_msg=k)
         assert np.isfinite(m1[k]), k
