@@ -173,7 +173,10 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
             "policy_out_max_abs_diff": float(np.max(np.abs(np.asarray(exported[2]) - np.asarray(framework[2])))),
         },
     }
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:  # e.g. under /proc, where access() says yes and mkdir says no
+        raise ConfigError(f"bad --out {out!r}: cannot make that folder ({err.strerror or err})") from None
     monitor.atomic_write(os.path.join(out, PROGRAM_FILE), program)
     monitor.atomic_write(os.path.join(out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
     return record

@@ -425,7 +425,7 @@ class Monitor:
     def progress(self) -> None:
         if self._progress is not None:
             ret = f"{self.return_mean:.1f}" if self.has_returns else "-"
-            phase = f"train ({len(self.seeds)} seeds, steps per seed, mean return over seeds)" if self.seeds else "train"
+            phase = f"train x{len(self.seeds)} seeds" if self.seeds else "train"  # steps per seed, mean return
             self._progress.update(self._task, completed=self.env_steps, phase=phase,
                                   sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
 

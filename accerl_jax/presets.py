@@ -80,8 +80,9 @@ def _typed(name: str, value, where: str):
           "tuple[int, ...]": isinstance(value, (list, tuple)) and all(
               isinstance(v, int) and not isinstance(v, bool) for v in value)}.get(base, True)
     if not ok:
-        raise ConfigError(f"bad {where}: {name} = {value!r}; expected {'an optional ' if optional else 'a'} "
-                          f"{base.replace('tuple[int, ...]', 'list of integers')}")
+        what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+                "tuple[int, ...]": "a list of integers"}.get(base, base)
+        raise ConfigError(f"bad {where}: {name} = {value!r}; expected {what}{' or null' if optional else ''}")
     return float(value) if base == "float" else tuple(value) if base == "tuple[int, ...]" else value
 
 

@@ -239,6 +239,9 @@ BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of 
     ("out-is-file", "export", lambda t, r: [r, "--out", _out_file(t)], None, ["bad --out", "it is a file"]),
     ("out-unwritable", "export", lambda t, r: [r, "--out", _out_file(t) + "/sub"], None,
      ["bad --out", "not a writable folder"]),
+    # /proc passes the access() check (as root) but refuses mkdir: still one line, not a traceback.
+    ("out-cannot-mkdir", "export", lambda t, r: [r, "--out", "/proc/accerl-export-test"], None,
+     ["bad --out '/proc/accerl-export-test'", "cannot"]),
 ]
 
 

@@ -33,7 +33,7 @@ def test_config_file_then_flags_override(tmp_path):
 
 @pytest.mark.parametrize("content, suffix, needle", [
     ("num_env: 8\n", ".yaml", "unknown setting 'num_env' (perhaps num_envs"),
-    ("num_envs: eight\n", ".yaml", "num_envs = 'eight'; expected a int"),
+    ("num_envs: eight\n", ".yaml", "num_envs = 'eight'; expected an integer"),
     ("- 1\n- 2\n", ".yaml", "expected a mapping of settings"),
     ("num_envs: [8\n", ".yaml", "not valid YAML"),
     ("num_envs = \n", ".toml", "not valid TOML"),
