@@ -142,14 +142,25 @@ def resumed_settings(path: str) -> dict:
     """
     from accerl_jax import checkpoint
 
-    saved = dict(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"])
+    saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
+                           f"--resume {path!r}", "resume")
+    return {k: v for k, v in saved.items() if k not in checkpoint.RUN_CONTROL_FIELDS}
+
+
+def saved_settings(config: dict, where: str, verb: str) -> dict:
+    """The Config fields of a configuration saved with a checkpoint (``config``: its JSON record), each as
+    its field's type (a saved list becomes a tuple).
+
+    Raises:
+      ConfigError: ``bad <where>: ...`` if the record names fields this version does not know (``verb``
+        it with the version that wrote it), or holds a value of the wrong type.
+    """
     names = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(saved) - names)
+    unknown = sorted(set(config) - names)
     if unknown:
-        raise ConfigError(f"bad --resume {path!r}: its checkpoint's configuration has fields this version of "
-                          f"accerl_jax does not know ({', '.join(unknown)}); resume it with the version that wrote it")
-    return {k: _typed(k, v, f"--resume {path!r}") for k, v in saved.items()
-            if k not in checkpoint.RUN_CONTROL_FIELDS}
+        raise ConfigError(f"bad {where}: its checkpoint's configuration has fields this version of accerl_jax does "
+                          f"not know ({', '.join(unknown)}); {verb} it with the version that wrote it")
+    return {k: _typed(k, v, where) for k, v in config.items()}
 
 
 def base_config(argv: list[str]) -> Config:

@@ -24,6 +24,7 @@ from accerl_jax.actor import sample_from
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
+from accerl_jax.presets import saved_settings
 from accerl_jax.run import make_run_compressor
 from accerl_jax.types import ApplyFn
 
@@ -69,13 +70,7 @@ def saved_config(point: checkpoint.ResumePoint) -> Config:
     Raises:
       ConfigError: the record names fields this version does not know, or fails the plan's checks.
     """
-    saved = dict(point.meta["config"])
-    known = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(saved) - known)
-    if unknown:
-        raise ConfigError(f"bad {WHAT} {point.logdir!r}: its checkpoint's configuration has fields this version "
-                          f"of accerl_jax does not know ({', '.join(unknown)}); read it with the version that wrote it")
-    cfg = Config(**saved)
+    cfg = Config(**saved_settings(point.meta["config"], f"{WHAT} {point.logdir!r}", "read"))
     return dataclasses.replace(cfg, logdir=None, resume=None, overwrite=False, progress=False, wandb=False,
                                wandb_project=None, coordinator_address=None, num_processes=None, process_id=None)
 
