@@ -4,10 +4,11 @@ For each env (CartPole: the MLP; Breakout-MinAtar: the CNN) and compressor, the 
 parameters (``init`` on a fresh learner; sizes depend on the networks, not on training) are exported with
 :func:`accerl_jax.export.export_program`, as the CLI does. Writes ``experiments/results/export_sizes.{json,md}``.
 
-    python experiments/export_sizes.py
+    python experiments/export_sizes.py [--out experiments/results/export_sizes]   # writes OUT.json and OUT.md
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -26,6 +27,9 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "expor
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=OUT, help="path without extension: OUT.json and OUT.md are written")
+    out = parser.parse_args().out
     rows = []
     for env_id in ENVS:
         for compressor in COMPRESSORS:
@@ -44,14 +48,14 @@ def main() -> None:
                          "learner_param_bytes": networks.param_bytes(params), "learner_program_bytes": len(learner),
                          "program_vs_learner": len(program) / len(learner)})
             print(rows[-1], flush=True)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT + ".json", "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".json", "w") as f:
         json.dump({"jax_version": jax.__version__, "rows": rows}, f, indent=2)
     lines = ["| env | compressor | parameters | parameter bytes | program bytes | program / learner's |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['env']} | {r['compressor']} | {r['param_count']:,} | {r['param_bytes']:,} | "
               f"{r['program_bytes']:,} | {r['program_vs_learner']:.3f} |" for r in rows]
-    with open(OUT + ".md", "w") as f:
+    with open(out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
