@@ -129,6 +129,7 @@ def main(argv=None) -> dict:
     if methods[0] != "none":
         methods = ["none"] + [m for m in methods if m != "none"]
     t_start = time.perf_counter()
+    load_start = os.getloadavg()[0]
 
     env = make_env(args.env, args.num_envs, args.seed)
     info = env.info
@@ -225,8 +226,9 @@ def main(argv=None) -> dict:
         "backend": jax.default_backend(), "jax": jax.__version__, "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "runtime_s": time.perf_counter() - t_start,
-        "note": "measured on a 2-core CPU shared with other jobs (load average ~5); sps from the fastest of "
-                "rounds x repeats interleaved rollouts, sps_median from the median; ratios are from one process",
+        "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]},
+        "note": "sps from the fastest of rounds x repeats interleaved rollouts, sps_median from the median; ratios "
+                "are from one process; load_average_1min is os.getloadavg() when the script started and ended",
     }
     write_outputs(out, args.out)
     print(markdown(out))
