@@ -35,6 +35,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--out", default="experiments/results/distill_overlap.json")
     args = p.parse_args(argv)
+    load_start = os.getloadavg()[0]
     runs = {"sync": [], "async": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
@@ -51,7 +52,9 @@ def main(argv=None) -> dict:
         "distill_steps": args.distill_steps, "runs": runs, "median": med,
         "async_wall_speedup": med["sync"]["wall_time_s"] / med["async"]["wall_time_s"],
         "cpu_count": os.cpu_count(), "machine": platform.machine(), "jax": jax.__version__,
-        "note": "2-core CPU shared with other jobs; sync and async alternate so load is shared",
+        "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]},
+        "note": "sync and async alternate so that any load is shared; load_average_1min is os.getloadavg() "
+                "when the script started and ended",
     }
     atomic_write_json(args.out, out)
     print(f"async/sync wall-time speedup: {out['async_wall_speedup']:.2f}x")
