@@ -27,3 +27,37 @@ def test_paper_tables_writes_beside_out_or_into_results_dir_never_into_the_commi
     committed = os.path.join(REPO, "experiments", "results", "cpu-2core")
     assert pt.output_paths(None, None, True, "cpu-2core") == (committed, os.path.join(committed, "paper_tables_quick.json"))
     assert pt.report_path(os.path.join(committed, "paper_tables_quick.json")) == os.path.join(committed, "paper_tables_quick.md")
+
+
+def _script(name):
+    sys.path.insert(0, os.path.join(REPO, "experiments"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_measure_all_gives_every_table_an_output_place_under_out(tmp_path):
+    ma = _script("measure_all")
+    out = str(tmp_path / "m")
+    tables = ma.tables("run2", out)
+    assert len({n for n, _ in tables}) == len(tables)
+    for name, argv in tables:
+        places = [a for a in argv[1:] if os.path.isabs(a) and not a.endswith(".py")]
+        assert places, f"{name} is given no output place"
+        assert all(p.startswith(out + os.sep) for p in places), (name, places)
+        assert any(p.startswith(os.path.join(out, "run2")) for p in places), name
+
+
+def test_results_page_shows_both_runs_and_one_value_when_equal(tmp_path):
+    rp = _script("results_page")
+    assert rp.pair(1.0, 1.0, ".1f") == "1.0"
+    assert rp.pair(1.0, 1.26, ".1f", "x") == "1.0x / 1.3x"
+    assert rp.pair(None, 2, ".0f") == "— / 2"
+    for run, value in (("run1", 500.0), ("run2", 437.5)):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "solve_cartpole.json").write_text(
+            '{"command": "python -m accerl_jax.train --seed S", "runs": [{"seed": 0, "final_return_mean": %s, '
+            '"wall_time_s": 20.0, "process_time_s": 25.0, "steps_per_s": 40000}]}' % value)
+    text = rp.page(str(tmp_path))
+    assert "| 0 | 500.0 / 437.5 | 20.0 | 25.0 | 40,000 |" in text
