@@ -59,7 +59,7 @@ def tables(run: str, out: str) -> list[tuple[str, list[str]]]:
                                          "--checkpoint", os.path.join(ck, "minatar"),
                                          "--out", os.path.join(d, "actor_time_breakout_minatar.json")]),
         ("paper_tables_minatar", [PY, x("paper_tables.py"), "--envs", "minatar", "--seeds", "3",
-                                  "--methods", TRAIN_METHODS, "--skip-actor-time",
+                                  "--methods", "none,distill:small", "--skip-actor-time",
                                   "--results-dir", os.path.join(d, "paper_tables_minatar")]),
         ("throughput_sebulba", [PY, x("throughput_sebulba.py"), "--updates", "32", "--repeats", "2",
                                 "--out", os.path.join(d, "throughput_sebulba_cpu.json")]),
