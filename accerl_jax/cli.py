@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import typing
@@ -16,7 +17,7 @@ from typing import Annotated
 
 import tyro
 
-from accerl_jax.config import Config
+from accerl_jax.config import Config, ConfigError, common_name, flag
 
 # (group, title, Config fields), in the order --help shows them. Every Config field is in exactly one.
 GROUPS = (
@@ -37,6 +38,31 @@ GROUPS = (
         "keep_checkpoints", "on_nan")),
     ("hosts", "multi-host training (one process per host)", ("coordinator_address", "num_processes", "process_id")),
 )
+
+
+# The optional fields (None = unset): the metavar --help shows for each (instead of tyro's "{None}|STR") and
+# what leaving it unset does, shown where --help shows a default.
+UNSET = {
+    "preset": ("NAME", "unset: the built-in defaults, the same as --preset classic"),
+    "config": ("FILE", "unset: no settings file"),
+    "logdir": ("DIR", "unset: runs/<env>-<compressor>-s<seed>-<time>-<random>"),
+    "resume": ("PATH", "unset: a new run"),
+    "wandb_project": ("NAME", "unset: 'accerl_jax' with --wandb, no W&B without it"),
+    "coordinator_address": ("HOST:PORT", "unset: $JAX_COORDINATOR_ADDRESS; if that and --num-processes are unset "
+                                         "too, a single process"),
+    "num_processes": ("INT", "unset: $JAX_NUM_PROCESSES"),
+    "process_id": ("INT", "unset: $JAX_PROCESS_ID"),
+}
+# What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
+HIDDEN_SIZES_UNSET = "unset: 256 256 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
+# Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
+HIDDEN_ALIASES = {"--lambda_": "--lambda"}
+
+
+def _default_hint(unset: str):
+    """tyro's ``help_behavior_hint``: ``(default: <unset>)`` for an unset value, else the value given (by a
+    preset, a settings file or a resumed run)."""
+    return lambda shown: f"(default: {unset})" if shown in ("None", "", "()") else f"(default: {shown})"
 
 
 def field_docs() -> dict[str, str]:
@@ -66,6 +92,10 @@ def grouped_class():
                 hint, *extra = typing.get_args(hint)
                 for m in extra:
                     meta.update(name=m.name, aliases=m.aliases)
+            if f in UNSET:
+                meta.update(metavar=UNSET[f][0], help_behavior_hint=_default_hint(UNSET[f][1]))
+            elif f == "hidden_sizes":
+                meta.update(help_behavior_hint=_default_hint(HIDDEN_SIZES_UNSET))
             arg = tyro.conf.arg(help=docs.get(f, ""), **{k: v for k, v in meta.items() if v is not None})
             members.append((f, Annotated[hint, arg], dataclasses.field(default=getattr(defaults, f))))
         cls = dataclasses.make_dataclass(name.capitalize(), members)
@@ -74,11 +104,75 @@ def grouped_class():
     return dataclasses.make_dataclass("TrainArgs", groups)
 
 
+def known_flags() -> set[str]:
+    """Every flag the training command line takes, hyphenated (``--num-envs``, ``--no-anneal-lr``, ``--lambda``,
+    ``--lambda_``, ``--help``); tyro also takes them with ``_`` for ``-`` (:func:`_normal` maps both to one)."""
+    flags = {"-h", "--help", *HIDDEN_ALIASES}
+    for f in dataclasses.fields(Config):
+        flags.add(flag(f.name))
+        if f.type == "bool":
+            flags.add("--no-" + flag(f.name)[2:])
+    return {_normal(x) for x in flags}
+
+
+def _normal(token: str) -> str:
+    """A flag as :func:`known_flags` spells it: the part before ``=``, ``_`` read as ``-`` (``--num_envs=8`` ->
+    ``--num-envs``; ``--lambda_`` -> ``--lambda-``)."""
+    name = token.split("=", 1)[0]
+    return name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def check_flags(argv: list[str]) -> None:
+    """Refuse an unknown flag in ``argv`` with one line that suggests ours: the field another framework's name
+    means (``--lr`` -> ``--learning-rate``, ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`),
+    or the closest spelling.
+
+    Nothing is checked when ``argv`` asks for ``--help``.
+
+    Raises:
+      ConfigError: for the first unknown flag (tyro would print a box of several lines instead).
+    """
+    if {"-h", "--help"} & set(argv):
+        return
+    known = known_flags()
+    for token in argv:
+        if token == "--":  # what follows is values only
+            return
+        if not token.startswith("-") or _normal(token) in known or _is_number(token):
+            continue
+        name = token.split("=", 1)[0]
+        ours = common_name(name)  # another framework's name: ours for it, else the closest spellings
+        close = [flag(ours)] if ours else difflib.get_close_matches(_normal(name), sorted(known - {"-h"}), n=2)
+        hint = f" (perhaps {' or '.join(close)})" if close else ""
+        raise ConfigError(f"unknown flag {name}{hint}; python -m accerl_jax.train --help lists every flag")
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def parse(argv: list[str], default: Config, prog: str) -> Config:
-    """Parse ``argv`` (tyro) with ``default``'s values as the defaults; ``--help`` prints the groups and exits."""
+    """Parse ``argv`` (tyro) with ``default``'s values as the defaults; ``--help`` prints the groups and exits.
+
+    Raises:
+      ConfigError: an unknown flag (:func:`check_flags`).
+    """
+    check_flags(argv)
+    argv = [_alias(token) for token in argv]
     cls = grouped_class()
     values = dataclasses.asdict(default)
     start = cls(**{name: typing.get_args(t)[0](**{f: values[f] for f in fields})
                    for (name, _, fields), t in zip(GROUPS, typing.get_type_hints(cls, include_extras=True).values())})
     args = tyro.cli(cls, args=argv, default=start, prog=prog, description=inspect.cleandoc(Config.__doc__ or ""))
     return Config(**{f: getattr(getattr(args, name), f) for name, _, fields in GROUPS for f in fields})
+
+
+def _alias(token: str) -> str:
+    """``token`` with a :data:`HIDDEN_ALIASES` flag replaced by the flag it stands for (``--lambda_=0.9`` ->
+    ``--lambda=0.9``)."""
+    name, eq, value = token.partition("=")
+    return HIDDEN_ALIASES[name] + eq + value if name in HIDDEN_ALIASES else token

@@ -108,20 +108,22 @@ class Config:
     the summary stay the raw game score. --no-reward-clip trains on the raw score. Other environments'
     rewards are never clipped."""
     logdir: Optional[str] = None
-    """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events; default
-    runs/<env>-<compressor>-s<seed>-<time>-<random> (':' and '+' written as '_')."""
+    """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events (the default
+    folder's name has ':' and '+' written as '_')."""
     learning_rate: float = 1e-3
     """Adam learning rate of the learner, linearly annealed to 0 over the budget (see --anneal-lr)."""
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over the budget; --no-anneal-lr keeps it constant."""
     hidden_sizes: tuple[int, ...] = ()
     """Hidden widths of the learner's network: for an MLP any number of layers (e.g. --hidden-sizes 64 64);
-    for the conv net four numbers (three conv channel counts, then the dense size). Empty: MLP(256, 256)
-    for vector observations, the Nature CNN (32, 64, 64, 512) for images."""
+    for the conv net four numbers (three conv channel counts, then the dense size). Unset (empty): the
+    network family's own widths (shown as the default)."""
     discount: float = 0.99
     """Discount γ per agent step."""
-    lambda_: Annotated[float, tyro.conf.arg(name="lambda", aliases=("--lambda_",))] = 1.0
-    """Trace λ of the corrector (V-trace, Retrace, IS)."""
+    # The flag is --lambda (accerl_jax.cli also accepts the field's own name, --lambda_, without listing it).
+    lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = 1.0
+    """Trace λ of the corrector (V-trace, Retrace, IS); GAE's λ with --loss appo. Settings files take lambda or
+    lambda_."""
     clip_rho_threshold: float = 1.0
     """ρ̄: clip of the importance ratio in the value targets (V-trace and IS)."""
     clip_pg_rho_threshold: float = 1.0
@@ -161,7 +163,7 @@ class Config:
     """Also log every metrics row to Weights & Biases (needs 'pip install wandb' and 'wandb login', or
     WANDB_MODE=offline); the W&B run is named after the log folder and kept in it."""
     wandb_project: Optional[str] = None
-    """W&B project (implies --wandb); default 'accerl_jax'."""
+    """W&B project (implies --wandb)."""
     checkpoint_every: int = 500
     """Save a checkpoint (orbax, in <logdir>/checkpoints/<update>/) every this many learner updates, and
     always at the end, also when stopped by Ctrl-C/SIGTERM; 0 = only at the end."""
@@ -186,17 +188,44 @@ class Config:
     metrics.csv and summary.json as skipped_updates)."""
     coordinator_address: Optional[str] = None
     """Multi-host training (one process per host, JAX's own runtime): HOST:PORT of process 0, where the
-    coordinator listens (e.g. host0:1234); the same on every process. Default: the environment variable
-    JAX_COORDINATOR_ADDRESS; unset (and no --num-processes) = a single process. With it, --num-envs counts
+    coordinator listens (e.g. host0:1234); the same on every process. With it, --num-envs counts
     the environments of *this* process (the learner batch is num-processes x num-envs), --total-steps
     counts all processes' steps, and only process 0 writes logs, checkpoints and the summary. Every
     process takes the same flags (only --process-id differs). Loops: anakin (gymnax; --resume works) or
     sequential."""
     num_processes: Optional[int] = None
-    """Multi-host: how many processes take part (one per host); default: JAX_NUM_PROCESSES."""
+    """Multi-host: how many processes take part (one per host)."""
     process_id: Optional[int] = None
     """Multi-host: this process's index in [0, num-processes); 0 runs the coordinator and writes the
-    outputs. Default: JAX_PROCESS_ID."""
+    outputs."""
+
+
+# Other frameworks' names for Config fields (CleanRL, Stable-Baselines3, RLlib, IMPALA/Brax), normalized
+# (lower case, '_' for '-'): an unknown flag or settings-file key among them is answered with our name.
+COMMON_NAMES = {
+    "lr": "learning_rate", "learningrate": "learning_rate",
+    "gamma": "discount", "discounting": "discount",
+    "gae_lambda": "lambda_", "td_lambda": "lambda_",
+    "ent_coef": "entropy_coef", "entropy_coeff": "entropy_coef", "entropy_cost": "entropy_coef",
+    "vf_coef": "value_coef", "vf_loss_coeff": "value_coef", "baseline_cost": "value_coef",
+    "num_steps": "rollout_length", "n_steps": "rollout_length", "unroll_length": "rollout_length",
+    "rollout_fragment_length": "rollout_length",
+    "grad_norm_clipping": "max_grad_norm", "grad_clip": "max_grad_norm", "clip_grad_norm": "max_grad_norm",
+    "clip_coef": "ppo_clip", "clip_range": "ppo_clip", "clip_param": "ppo_clip",
+    "update_epochs": "epochs", "n_epochs": "epochs", "num_epochs": "epochs", "num_sgd_iter": "epochs",
+    "ppo_epochs": "epochs",
+    "num_minibatches": "minibatches", "n_minibatches": "minibatches",
+    "total_timesteps": "total_steps", "num_timesteps": "total_steps", "timesteps": "total_steps",
+    "n_envs": "num_envs", "num_envs_per_worker": "num_envs", "env_id": "env", "env_name": "env",
+    "net_arch": "hidden_sizes", "hidden_dims": "hidden_sizes", "log_dir": "logdir", "output_dir": "logdir",
+    "track": "wandb", "wandb_project_name": "wandb_project",
+}
+
+
+def common_name(name: str) -> str | None:
+    """The Config field that another framework's name for it means (``lr`` -> ``learning_rate``, ``--ent-coef``
+    -> ``entropy_coef``; see :data:`COMMON_NAMES`), or None."""
+    return COMMON_NAMES.get(name.lstrip("-").replace("-", "_").lower())
 
 
 def flag(name: str) -> str:

@@ -310,17 +310,23 @@ class Driver:
         last_checkpoint = (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(run.saver.last_step))
                            if run.saver.last_step is not None else None)
         per_seed = []
+        seeds = len(self.monitors)
+        seed_scope = (f"per seed: this seed's env steps / the whole run's wall_time_s ({seeds} seeds ran together; "
+                      f"{WHOLE_RUN})")
         for k, m in enumerate(self.monitors):
             seed_run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, seed=run.cfg.seed + k), monitor=m,
                                            logdir=m.logdir, lock=_NoLock())
             per_seed.append(summarize(seed_run, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
-                                      last_checkpoint=last_checkpoint, **common))
+                                      last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
-        steps = run.monitor.env_steps * len(self.monitors)
+        steps = run.monitor.env_steps * seeds
+        wall = time.perf_counter() - run.wall_start
         return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
                          skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.monitor.env_steps,
-                         steps_per_s=steps / (time.perf_counter() - run.wall_start),
+                         steps_per_s=steps / wall, steps_per_s_per_seed=run.monitor.env_steps / wall,
+                         steps_per_s_scope=f"all {seeds} seeds' env steps / wall_time_s ({WHOLE_RUN}); "
+                                           "steps_per_s_per_seed: one seed's",
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
                                 for p in per_seed], **common)
@@ -344,6 +350,10 @@ def unmeasured_speed(run: Run) -> dict:
     """The speed fields of a run that stopped early (its policy speed is not measured)."""
     return {"actor_policy_speedup": None, "base_forward_s": None, "actor_forward_s": None,
             "forward_batch": run.info.num_envs, "cost_split": None}
+
+
+# What the summary's wall_time_s (the denominator of its steps/s) covers.
+WHOLE_RUN = "the whole run: setup, compilation, training and the final measurements, of every session if resumed"
 
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
@@ -391,6 +401,10 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "returns_averaged": min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
         "episodes": monitor.episodes,
         "steps_per_s": monitor.env_steps / wall,
+        # Added beside steps_per_s (kept as it was): what it counts, and one seed's rate (with --num-seeds the
+        # run's own summary counts all seeds' steps in steps_per_s).
+        "steps_per_s_per_seed": monitor.env_steps / wall,
+        "steps_per_s_scope": f"env steps / wall_time_s ({WHOLE_RUN})",
         "learner_network": dataclasses.asdict(run.spec),
         "learner_params": networks.param_count(state.params),
         "actor_params": networks.param_count(actor_params),

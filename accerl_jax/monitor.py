@@ -57,6 +57,13 @@ LEGEND = (
     "clipping beyond float noise; clip mass: share of the ratios' total weight Σρ that clipping at ρ̄ removes; "
     "lag: learner updates between the policy that acted and the learner's (--policy-lag, --compress-every)."
 )
+# What the summary's steps/s mean beside the progress bar's (printed under the summary table).
+STEPS_LEGEND = (
+    "steps/s: env steps per second of wall time. The summary's: over the whole run (setup, compilation, "
+    "training and the final measurements; all seeds' steps with --num-seeds, and per seed). The progress "
+    "bar's: the mean since the bar started (compilation included; one seed's steps with --num-seeds), so its "
+    "last figure is the higher."
+)
 # TensorBoard groups (CleanRL-style namespaces): a row key's tag is "<group>/<key>"; keys not listed: "train/".
 TENSORBOARD_GROUPS = {
     "charts": ("return_mean", "length_mean", "episodes", "env_steps", "steps_per_s", "wall_time_s"),
@@ -229,11 +236,12 @@ class Monitor:
                 TextColumn("[bold]{task.fields[phase]}"),
                 BarColumn(),
                 TextColumn("{task.completed:>9,}/{task.total:,} steps"),
-                TextColumn("{task.fields[sps]:>8,.0f} steps/s"),
+                TextColumn("{task.fields[sps]:>8,.0f} {task.fields[unit]}"),
                 TextColumn("return {task.fields[ret]}"),
                 TimeElapsedColumn(),
             )
-            self._task = self._progress.add_task("train", total=total_steps, sps=0.0, ret="-", phase="compiling")
+            self._task = self._progress.add_task("train", total=total_steps, sps=0.0, ret="-", phase="compiling",
+                                                 unit="steps/s")
             self._progress.start()
 
     @contextlib.contextmanager
@@ -343,7 +351,7 @@ class Monitor:
         self._log_wandb(row)
         self._logs += 1
         if self._progress is not None and self._logs % self.table_every == 0:
-            self._progress.console.print(self.table(row))
+            self._progress.console.print(self.table(row, per_seed=bool(self.seeds)))
             if self._logs == self.table_every:  # the first table: what its abbreviations mean
                 self._progress.console.print(LEGEND, style="dim", markup=False, highlight=False)
         self.progress()
@@ -368,12 +376,14 @@ class Monitor:
             self._wandb_kwargs, self._wandb = None, None
 
     @staticmethod
-    def table(row: dict, per_line: int = 3):
+    def table(row: dict, per_line: int = 3, per_seed: bool = False):
         """A compact rich Table of one logged ``row``: the :data:`TABLE_COLUMNS` it has, as ``per_line``
-        name/value pairs per line (fits 80 columns); NaN shown as '-'."""
+        name/value pairs per line (fits 80 columns); NaN shown as '-'. ``per_seed``: the row is a Monitor of
+        several seeds' (its env steps and steps/s are one seed's; headers say so)."""
         from rich.table import Table
 
-        cells = [(header, fmt.format(row[k]) if np.isfinite(row[k]) else "-")
+        per = {"env_steps": "env steps/seed", "steps_per_s": "steps/s/seed"} if per_seed else {}
+        cells = [(per.get(k, header), fmt.format(row[k]) if np.isfinite(row[k]) else "-")
                  for k, header, fmt in TABLE_COLUMNS if k in row and k != "update"]
         table = Table(title=f"update {row['update']:,.0f}", show_header=False, box=None, pad_edge=False,
                       title_justify="left")
@@ -426,8 +436,10 @@ class Monitor:
         if self._progress is not None:
             ret = f"{self.return_mean:.1f}" if self.has_returns else "-"
             phase = f"train x{len(self.seeds)} seeds" if self.seeds else "train"  # steps per seed, mean return
+            # The mean rate since the bar started (compilation included), of one seed's steps with --num-seeds.
             self._progress.update(self._task, completed=self.env_steps, phase=phase,
-                                  sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret)
+                                  sps=self.env_steps / max(self.wall_time, 1e-9), ret=ret,
+                                  unit="steps/s/seed" if self.seeds else "steps/s")
 
     def close(self) -> None:
         """Stop the progress bar and close the log files (safe to call twice)."""
@@ -518,7 +530,14 @@ def print_summary(summary: dict) -> None:
         table.add_row("env steps per seed / all seeds", f"{summary['env_steps_per_seed']:,} / {summary['total_env_steps']:,}", "")
     else:
         table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
-    table.add_row("steps/s", f"{summary['steps_per_s']:,.0f}", "")
+    # Three rates a user sees differ: the progress bar's (mean since the bar started, per seed), and these,
+    # over the whole run's wall time (setup, compilation, training and the final measurements).
+    if seeds > 1:
+        per_seed_rate = summary.get("steps_per_s_per_seed", summary["steps_per_s"] / seeds)
+        table.add_row(f"steps/s, all {seeds} seeds (whole run incl. compile)", f"{summary['steps_per_s']:,.0f}", "")
+        table.add_row("  per seed (the progress bar's steps)", f"{per_seed_rate:,.0f}", "")
+    else:
+        table.add_row("steps/s (whole run incl. compile)", f"{summary['steps_per_s']:,.0f}", "")
     table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
     if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart
         fused = summary["fused_wait_s"]
@@ -564,4 +583,4 @@ def print_summary(summary: dict) -> None:
         )
     console = Console()
     console.print(table)
-    console.print(LEGEND, style="dim", markup=False, highlight=False)
+    console.print(LEGEND + " " + STEPS_LEGEND, style="dim", markup=False, highlight=False)

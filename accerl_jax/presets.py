@@ -13,7 +13,7 @@ import difflib
 import os
 from typing import NamedTuple
 
-from accerl_jax.config import Config, ConfigError
+from accerl_jax.config import Config, ConfigError, common_name
 
 
 class Preset(NamedTuple):
@@ -59,7 +59,8 @@ def _check_fields(settings: dict, where: str) -> dict:
         if name == "lambda":
             name = "lambda_"
         if name not in names or name in ("preset", "config"):
-            close = difflib.get_close_matches(name, sorted(names - {"preset", "config"}), n=2)
+            ours = common_name(name)  # another framework's name (lr, gamma, ent_coef): ours, else the closest spellings
+            close = [ours] if ours else difflib.get_close_matches(name, sorted(names - {"preset", "config"}), n=2)
             hint = f" (perhaps {' or '.join(close)})" if close else ""
             raise ConfigError(f"bad {where}: unknown setting {key!r}{hint}; expected Config fields such as "
                               "env, compressor, total_steps, num_envs (see --help)")

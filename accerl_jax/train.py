@@ -30,8 +30,9 @@ def parse_config(argv: list[str]) -> Config:
     ``--config`` file's, then the flags given (tyro; ``--help`` prints and exits).
 
     Raises:
-      ConfigError: an unknown preset or a bad settings file.
+      ConfigError: an unknown flag, an unknown preset or a bad settings file.
     """
+    cli.check_flags(argv)  # before --config or --resume are read: an unknown flag is named first
     return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 

@@ -157,7 +157,7 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
-def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path, capsys):
+def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_path, capsys, monkeypatch):
     """--num-seeds 2: seed 0 of the vmapped program is the single-seed run; seed 1 is another run."""
     one, _ = single
     logdir = tmp_path / "seeds"
@@ -193,9 +193,22 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
     assert len(groups) == 1 and len(groups[0][1]) == 2
     from accerl_jax.monitor import print_summary
     capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "200")  # labels on one line each
     print_summary(summary)
     table = capsys.readouterr().out
     assert "mean over 2 seeds" in table and f"{summary['final_return_mean']:.1f}" in table
+    # Three steps/s figures, each labelled: all seeds' (the run's steps_per_s, as before), per seed (the
+    # progress bar counts one seed's steps) and each seed's own summary's (per seed too).
+    flat = " ".join(table.split())
+    assert "steps/s, all 2 seeds (whole run incl. compile)" in flat and "per seed (the progress bar's steps)" in flat
+    assert f"{summary['steps_per_s']:,.0f}" in table and f"{summary['steps_per_s_per_seed']:,.0f}" in table
+    assert summary["steps_per_s"] == pytest.approx(2 * summary["steps_per_s_per_seed"])
+    assert summary["steps_per_s_scope"].startswith("all 2 seeds' env steps")
+    for s in per_seed:
+        assert s["steps_per_s_scope"].startswith("per seed") and s["steps_per_s"] == s["steps_per_s_per_seed"]
+        # The same count over a wall time taken a little earlier (each seed's summary is written first).
+        assert s["total_env_steps"] == summary["env_steps_per_seed"]
+        assert summary["steps_per_s_per_seed"] <= s["steps_per_s"] <= 1.5 * summary["steps_per_s_per_seed"]
 
 
 @pytest.mark.slow

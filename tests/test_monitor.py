@@ -177,6 +177,35 @@ def test_console_table_every_n_logs(tmp_path, capsys):
     assert "|log ρ|" not in capsys.readouterr().out
 
 
+def test_progress_bar_and_console_table_say_when_steps_are_one_seeds(tmp_path, capsys):
+    """With --num-seeds the run's Monitor counts one seed's steps: the bar's rate and the table's columns say
+    "per seed"; with one seed they say plain steps/s."""
+    for seeds in (0, 2):
+        monitor = Monitor(str(tmp_path / f"s{seeds}"), 100, progress=True, table_every=1)
+        monitor.seeds = [Monitor(str(tmp_path / f"s{seeds}" / f"seed{k}"), 100, progress=False) for k in range(seeds)]
+        monitor.record_steps(50)
+        monitor.log(1, {})
+        monitor.close()
+        for m in monitor.seeds:
+            m.close()
+        out = capsys.readouterr().out
+        bar = [line for line in out.splitlines() if "50/100 steps" in line]
+        assert bar and all(("steps/s/seed" in line) == bool(seeds) and "steps/s" in line for line in bar), out
+        assert ("steps/s/seed" in out and "env steps/seed" in out) == bool(seeds), out
+
+
+def test_summary_steps_per_s_is_labelled_and_json_keeps_its_keys(runs, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # labels on one line each
+    _, (summary, _), _ = runs
+    assert summary["steps_per_s"] == pytest.approx(summary["total_env_steps"] / summary["wall_time_s"], rel=1e-3)
+    assert summary["steps_per_s_per_seed"] == summary["steps_per_s"]  # one seed
+    assert "whole run" in summary["steps_per_s_scope"] and "compilation" in summary["steps_per_s_scope"]
+    print_summary(summary)
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "steps/s (whole run incl. compile)" in flat
+    assert "The progress bar's: the mean since the bar started" in flat  # why the bar's figure differs
+
+
 def read_tensorboard(logdir, purge: bool = False) -> dict:
     """``{tag: [(step, value), ...]}`` of the scalars in ``logdir``'s event files (in file-name order, as
     TensorBoard reads them), parsed from the TFRecord framing (length u64, crc u32, data, crc u32) and

@@ -1,0 +1,122 @@
+"""What ``python -m accerl_jax.train --help`` shows (flag names, metavars, defaults) and how unknown flags and
+settings-file keys are answered: parsing only, nothing trains."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from accerl_jax import cli, train
+from accerl_jax.config import COMMON_NAMES, Config, flag
+from test_cli import run_cli
+
+# Other frameworks' names for our fields that a new user tries first (CleanRL, Stable-Baselines3, RLlib).
+FOREIGN = [("lr", "learning_rate"), ("gamma", "discount"), ("gae_lambda", "lambda_"), ("ent_coef", "entropy_coef"),
+           ("vf_coef", "value_coef"), ("num_steps", "rollout_length"), ("n_steps", "rollout_length"),
+           ("clip_coef", "ppo_clip"), ("clip_range", "ppo_clip"), ("update_epochs", "epochs"), ("n_epochs", "epochs"),
+           ("num_minibatches", "minibatches"), ("total_timesteps", "total_steps")]
+
+
+@pytest.fixture(scope="module")
+def help_text():
+    proc = run_cli("--help", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def entry(help_text: str, name: str) -> str:
+    """The help of one flag, as one line: from its own line to the next flag's (box borders removed)."""
+    raw = help_text.splitlines()
+    lines = [line.strip("│ ") for line in raw]
+    start = next(i for i, line in enumerate(lines) if raw[i].startswith("│ --") and (line.startswith(name + " ")
+                                                                                      or line == name))
+    end = next((i for i in range(start + 1, len(lines)) if raw[i].startswith(("│ --", "╰"))), len(lines))
+    return " ".join(" ".join(lines[start:end]).split())
+
+
+def test_lambda_is_shown_as_lambda_and_both_spellings_work(help_text, tmp_path):
+    assert re.search(r"^│ --lambda FLOAT ", help_text, flags=re.M), entry(help_text, "--lambda")
+    assert "--lambda_" not in help_text  # the old spelling is accepted, not listed
+    for argv in (["--lambda", "0.9"], ["--lambda_", "0.9"], ["--lambda=0.9"], ["--lambda_=0.9"]):
+        assert train.parse_config(argv).lambda_ == 0.9, argv
+    for key in ("lambda", "lambda_"):
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(f"{key}: 0.8\n")
+        assert train.parse_config(["--config", str(path)]).lambda_ == 0.8, key
+
+
+def test_hidden_sizes_help_says_what_its_empty_default_means(help_text):
+    from accerl_jax.networks import default_spec
+
+    text = entry(help_text, "--hidden-sizes")
+    assert "(default: )" not in help_text and "(default: ()" not in help_text
+    mlp = " ".join(map(str, default_spec((4,), 2).widths))
+    cnn = " ".join(map(str, default_spec((84, 84, 4), 6).widths))
+    assert f"(default: unset: {mlp} (MLP) for vector observations, {cnn} (Nature-DQN CNN) for images)" in text, text
+
+
+def test_optional_flags_show_a_clean_metavar_and_what_unset_means(help_text):
+    assert "{None}" not in help_text and "None|" not in help_text and "(default: None)" not in help_text
+    optional = {f.name for f in dataclasses.fields(Config) if str(f.type).startswith("Optional[")}
+    assert optional == set(cli.UNSET), "every optional flag says what leaving it unset does"
+    for name, (metavar, unset) in cli.UNSET.items():
+        text = entry(help_text, f"{flag(name)} {metavar}")
+        assert f"(default: {unset})" in text, text
+    # A value given by a settings file or preset is shown as the default instead.
+    given = run_cli("--preset", "minatar", "--help", timeout=120).stdout
+    assert entry(given, "--preset NAME").endswith("(default: minatar)"), entry(given, "--preset NAME")
+
+
+def test_every_foreign_name_maps_to_a_config_field():
+    names = {f.name for f in dataclasses.fields(Config)}
+    assert set(COMMON_NAMES.values()) <= names
+    assert not set(COMMON_NAMES) & names  # our own names are never "another framework's"
+    for foreign, ours in FOREIGN:
+        assert COMMON_NAMES[foreign] == ours
+
+
+@pytest.mark.parametrize("foreign, ours", FOREIGN)
+def test_settings_file_with_another_frameworks_name_suggests_ours(tmp_path, capsys, foreign, ours):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"{foreign}: 1\n")
+    assert train.main(["--config", str(path), "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unknown setting {foreign!r} (perhaps {ours}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("foreign, ours", FOREIGN)
+def test_unknown_flag_with_another_frameworks_name_suggests_ours(tmp_path, capsys, foreign, ours):
+    wrong = "--" + foreign.replace("_", "-")
+    assert train.main([wrong, "1", "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unknown flag {wrong} (perhaps {flag(ours)}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--num-env", "3"], "unknown flag --num-env (perhaps --num-envs"),
+    (["--no-anneal", "--seed", "1"], "unknown flag --no-anneal (perhaps --no-anneal-lr"),
+    (["--learning_rte=0.1"], "unknown flag --learning_rte (perhaps --learning-rate"),
+    (["--seed", "-1", "--xyzzy"], "unknown flag --xyzzy; python -m accerl_jax.train --help lists every flag"),
+])
+def test_misspelled_flag_suggests_the_closest(capsys, argv, needle):
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_unknown_flag_from_the_real_entry_point_is_one_line(tmp_path):
+    proc = run_cli("--lr", "1e-3", "--logdir", str(tmp_path / "run"), timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: unknown flag --lr (perhaps --learning-rate); python -m accerl_jax.train --help "
+                           "lists every flag\n"), proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_known_flags_in_every_spelling_still_parse():
+    cfg = train.parse_config(["--num_envs", "8", "--no_anneal_lr", "--total-steps=64", "--learning-rate", "-1e-3",
+                              "--hidden-sizes", "32", "16"])
+    assert (cfg.num_envs, cfg.anneal_lr, cfg.total_steps, cfg.learning_rate, cfg.hidden_sizes) == (
+        8, False, 64, -1e-3, (32, 16))
