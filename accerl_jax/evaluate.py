@@ -42,9 +42,9 @@ class Args:
     """Environments stepped together."""
     seed: int = 1
     """Seed of the fresh environments and of the action sampling."""
-    video: Optional[str] = None
+    video: Annotated[Optional[str], tyro.conf.arg(metavar="FILE", help_behavior_hint="(default: unset: no video)")] = None
     """Also write one episode (on one more fresh env, seeded with --seed) as an animated .gif or .mp4 here."""
-    step: Optional[int] = None
+    step: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the latest)")] = None
     """Evaluate checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
     seed_index: int = 0
     """For a --num-seeds run: which of its seeds (0-based)."""

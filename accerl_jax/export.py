@@ -42,7 +42,7 @@ class Args:
     """Folder to write policy.jax and policy.json into (created if missing)."""
     policy: str = "actor"
     """'actor' (the run's compressed actor, as it ran) or 'learner' (the learner's policy)."""
-    step: Optional[int] = None
+    step: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the latest)")] = None
     """Export checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
     seed: int = 1
     """Seed of the fresh envs whose observations the KL/agreement are measured on."""

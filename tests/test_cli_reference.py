@@ -20,3 +20,9 @@ def test_every_command_is_in_the_reference():
     text = cli_reference.markdown()
     for module, _, _ in cli_reference.COMMANDS:
         assert f"usage: python -m {module}" in text
+
+
+def test_no_command_shows_tyro_none_artefacts():
+    text = cli_reference.markdown()
+    for artefact in ("{None}", "None|", "(default: None)"):
+        assert artefact not in text, f"{artefact!r} in some command's --help"
