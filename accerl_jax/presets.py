@@ -75,6 +75,12 @@ def _typed(name: str, value, where: str):
     base = kind[len("Optional["):-1] if optional else kind
     if value is None and optional:
         return None
+    if base in ("int", "float") and isinstance(value, str):  # YAML 1.1 reads 3e-4 and 2e6 (no dot) as text
+        try:
+            number = float(value.replace("_", ""))
+            value = int(number) if base == "int" and number.is_integer() else number if base == "float" else value
+        except ValueError:
+            pass
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
           "str": isinstance(value, str), "bool": isinstance(value, bool),

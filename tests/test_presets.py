@@ -31,6 +31,19 @@ def test_config_file_then_flags_override(tmp_path):
     assert train.parse_config(["--lambda", "0.95"]).lambda_ == 0.95 == train.parse_config(["--lambda_", "0.95"]).lambda_
 
 
+def test_settings_file_numbers_in_exponent_form_are_numbers(tmp_path):
+    path = tmp_path / "cfg.yaml"  # YAML 1.1 (PyYAML) reads 3e-4 and 2e6 without a dot as strings
+    path.write_text("learning_rate: 3e-4\ntotal_steps: 2e6\nnum_envs: 1_024\n")
+    cfg = train.parse_config(["--config", str(path)])
+    assert (cfg.learning_rate, cfg.total_steps, cfg.num_envs) == (3e-4, 2_000_000, 1024)
+    assert isinstance(cfg.total_steps, int) and isinstance(cfg.learning_rate, float)
+    path.write_text("total_steps: 2.5e3x\n")
+    with pytest.raises(ConfigError, match="total_steps = '2.5e3x'; expected an integer"):
+        train.parse_config(["--config", str(path)])
+    path.write_text("num_envs: 1.5e1\n")  # 15.0 is a whole number: accepted as 15
+    assert train.parse_config(["--config", str(path)]).num_envs == 15
+
+
 @pytest.mark.parametrize("content, suffix, needle", [
     ("num_env: 8\n", ".yaml", "unknown setting 'num_env' (perhaps num_envs"),
     ("num_envs: eight\n", ".yaml", "num_envs = 'eight'; expected an integer"),

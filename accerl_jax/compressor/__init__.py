@@ -150,7 +150,9 @@ def make_compressor(
             raise ValueError(f"bad --compressor {spec!r}: 'none' stands alone (no compression) and cannot be "
                              f"chained; drop it, e.g. {'+'.join(p for p in parts if p != 'none') or 'none'!r}")
         if kind not in _RANK and kind not in _REGISTERED:
-            raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED}")
+            raise ValueError(f"bad --compressor {spec!r}: unknown kind {kind!r} in {part!r}; {_EXPECTED} (a compressor "
+                             "added with register_compressor is known only in the Python process that registered "
+                             "it: evaluate, export or resume its runs from Python after registering it again)")
         if i and _rank(roles[i]) <= _rank(roles[i - 1]):
             raise ValueError(f"bad --compressor {spec!r}: {part!r} cannot follow {parts[i - 1]!r}; {_ORDER_RULE}")
 
