@@ -68,8 +68,8 @@ class Config:
     fused into one jitted lax.scan over --log-every updates); 'sequential' (actor, learner and compressor
     as separate timed jitted calls); 'sebulba' (envpool only: actor threads on async envpool, learner and
     compressor in their own threads, bounded queues between them); 'auto' picks the default for the env
-    (anakin for gymnax MLP nets, sebulba for envpool, sequential on CPU for conv nets such as MinAtar's:
-    fused, their gradient steps ran 17x slower)."""
+    (anakin for gymnax MLP nets, sebulba for envpool, sequential on CPU for conv nets such as MinAtar's,
+    whose gradient steps XLA:CPU runs much slower inside a fused scan: docs/DESIGN.md)."""
     compress_every: int = 1
     """Anakin and sequential loops: re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
     the last compressed policy, one more version behind per update; the Monitor logs the lag as
@@ -145,8 +145,8 @@ class Config:
     loop and a sequential loop over several processes always run that second pass."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
-    off by default: on a 2-core CPU it was not faster (1.00x wall time, experiments/distill_overlap.py:
-    the compress stage shrank, the actor and learner grew by as much)."""
+    off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has
+    none to spare); experiments/distill_overlap.py measures it on the machine at hand."""
     cost_split: bool = False
     """After training, time each compiled piece of an Anakin update alone (rollout with the acting and with
     the learner's policy, learner update, compression) and report the actor's share and the ceiling on
