@@ -503,7 +503,12 @@ def print_summary(summary: dict) -> None:
     from rich.table import Table
 
     wall = summary["wall_time_s"]
-    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  corrector={summary['corrector']}")
+    where = (f"  loop={summary['loop']} on {summary.get('learner_devices', '?')} {summary.get('backend', '?')} device(s)"
+             if "loop" in summary else "")
+    resumed = (f"  resumed from update {summary['resumed_from_update']:,}"
+               if summary.get("resumed_from_update") is not None else "")
+    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  corrector={summary['corrector']}"
+                        f"{where}{resumed}")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("share of wall", justify="right")

@@ -114,6 +114,11 @@ def test_summary_table_says_what_its_numbers_are(runs, capsys):
         assert abbreviation in LEGEND
     # CartPole's reward is 1 per step: the mean return of the recent episodes is their mean length.
     assert summary["final_length_mean"] == pytest.approx(summary["final_return_mean"])
+    # The title says which loop ran on which devices, and a resumed run says from where.
+    assert f"loop={summary['loop']} on {summary['learner_devices']} {summary['backend']} device(s)" in flat
+    assert "resumed from" not in flat
+    print_summary(dict(summary, resumed_from_update=1234))
+    assert "resumed from update 1,234" in " ".join(capsys.readouterr().out.split())
 
 
 def test_jsonl_has_the_csv_rows(runs):
