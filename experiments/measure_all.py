@@ -92,9 +92,9 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     manifest = {"git_rev": git_rev(), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                                   "python": platform.python_version()}, "commands": []}
-    if os.path.exists(manifest_path):
+    if os.path.exists(manifest_path):  # a later invocation adds to the earlier ones' record
         with open(manifest_path) as f:
-            manifest["commands"] = json.load(f).get("commands", [])
+            manifest = {**json.load(f), **{k: v for k, v in manifest.items() if k != "commands"}}
     for name in names:
         if (args.only and name not in args.only) or name in args.skip:
             continue
