@@ -27,13 +27,13 @@ PRESETS = {
         "gymnax classic control (CartPole-v1, Acrobot-v1, MountainCar-v0, ...)",
         {"env": "gymnax:CartPole-v1", "num_envs": 16, "rollout_length": 16, "total_steps": 800_000,
          "learning_rate": 1e-3},
-        "the defaults, measured here: CartPole solved (return >= 475) within 800k steps, Acrobot past -100 "
-        "within 250k (experiments/results/cpu-2core/)"),
+        "the defaults, measured on a 2-core CPU: CartPole solved (return >= 475) within 800k steps, Acrobot "
+        "past -100 within 250k (docs/RESULTS.md, section 2)"),
     "minatar": Preset(
         "gymnax MinAtar (Breakout-MinAtar, Asterix-MinAtar, ...): 10x10 image channels, conv net",
         {"env": "gymnax:Breakout-MinAtar", "num_envs": 16, "rollout_length": 16, "total_steps": 2_000_000,
          "learning_rate": 1e-3},
-        "measured here: Breakout-MinAtar past 5.0 within 200k steps (experiments/results/cpu-2core/minatar/)"),
+        "measured on a 2-core CPU: Breakout-MinAtar past 5.0 within 200k steps (docs/RESULTS.md, section 2)"),
     "atari": Preset(
         "envpool Atari (Pong-v5, Breakout-v5, ...): 4 stacked 84x84 frames, Nature CNN, Sebulba loop",
         {"env": "envpool:Pong-v5", "loop": "sebulba", "num_envs": 32, "rollout_length": 20,

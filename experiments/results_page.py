@@ -32,10 +32,10 @@ def pair(a, b, fmt: str, unit: str = "") -> str:
 
 def commands(manifest: dict) -> list[str]:
     """One line per command of the manifest: name, run, wall seconds, load before/after, exit code."""
-    lines = ["| table | run | started (UTC) | wall s | 1-min load before → after | exit |",
-             "| --- | --- | --- | ---: | --- | ---: |"]
+    lines = ["| table | run | git | started (UTC) | wall s | 1-min load before → after | exit |",
+             "| --- | --- | --- | --- | ---: | --- | ---: |"]
     for c in manifest.get("commands", []):
-        lines.append(f"| {c['name']} | {c['run']} | {c['start_utc']} | {c.get('wall_s', '—')} | "
+        lines.append(f"| {c['name']} | {c['run']} | {c.get('git_rev', '?')[:7]} | {c['start_utc']} | {c.get('wall_s', '—')} | "
                      f"{c['load_1min_before']:.1f} → {c.get('load_1min_after', float('nan')):.1f} | "
                      f"{c.get('returncode', '—')} |")
     return lines
@@ -82,7 +82,7 @@ def training(a: dict, b: dict) -> list[str]:
 
 
 def solve(a: dict, b: dict) -> list[str]:
-    lines = [f"### The main job (`{a['command'].strip()}`), per seed", "",
+    lines = [f"### The default run (`{a['command'].strip()}`), per seed", "",
              "| seed | final return | training wall time s | whole process s | steps/s (whole run) |",
              "| ---: | ---: | ---: | ---: | ---: |"]
     for r, s in zip(a["runs"], b["runs"]):
@@ -135,6 +135,28 @@ def corrector(a: dict, b: dict) -> list[str]:
     return lines + [""]
 
 
+def sebulba(a: dict, b: dict) -> list[str]:
+    o = a["options"]
+    lines = [f"### Sebulba against the sequential loop: {o['env']}, {o['num_envs']} envs × {o['rollout_length']} steps, "
+             f"{o['updates']} updates, median of {o['repeats']}", "",
+             "Steady env steps/s (compilation excluded).", "", "| loop / compressor | steps/s |", "| --- | ---: |"]
+    for k, v in a["median"].items():
+        lines.append(f"| {k} | {pair(v, b['median'].get(k), ',.0f')} |")
+    lines += ["", "| compressor | fastest Sebulba / sequential |", "| --- | ---: |"]
+    lines += [f"| `{c}` | {pair(v, b['sebulba_speedup'].get(c), '.2f', 'x')} |" for c, v in a["sebulba_speedup"].items()]
+    return lines + [""]
+
+
+def distill_overlap(a: dict, b: dict) -> list[str]:
+    lines = [f"### Asynchronous distillation: {a['env']}, `{a['compressor']}`, {a['total_steps']:,} steps, median over seeds",
+             "", "| mode | wall time s | final return |", "| --- | ---: | ---: |"]
+    for mode, r in a["median"].items():
+        s = b["median"][mode]
+        lines.append(f"| {mode} | {pair(r['wall_time_s'], s['wall_time_s'], '.1f')} | "
+                     f"{pair(r['final_return_mean'], s['final_return_mean'], '.1f')} |")
+    return lines + ["", f"Async / sync wall-time speedup: {pair(a['async_wall_speedup'], b['async_wall_speedup'], '.2f', 'x')}.", ""]
+
+
 TABLES = (  # (file in each run folder, section writer)
     ("actor_time_cartpole.json", actor_time),
     ("actor_time_breakout_minatar.json", actor_time),
@@ -144,6 +166,8 @@ TABLES = (  # (file in each run folder, section writer)
     ("throughput_cpu.json", throughput),
     ("export_sizes.json", export_sizes),
     ("corrector_ablation.json", corrector),
+    ("throughput_sebulba_cpu.json", sebulba),
+    ("distill_overlap.json", distill_overlap),
 )
 
 
@@ -151,7 +175,7 @@ def page(folder: str) -> str:
     manifest = _load(os.path.join(folder, "measure_all.json")) or {}
     lines = ["# Measured on this machine: two runs of every table", "",
              f"Written by `python experiments/results_page.py {folder}` from the two runs of "
-             f"`python experiments/measure_all.py --out {folder}` (code at git {manifest.get('git_rev', '?')[:10]}; "
+             f"`python experiments/measure_all.py --out {folder}` (each command's git revision is in the list at the end; "
              f"{manifest.get('machine', {}).get('cpus', '?')} CPU cores). Each cell shows run 1 / run 2 (one value "
              "when both print the same).", ""]
     for name, write in TABLES:
