@@ -158,10 +158,8 @@ def _is_number(token: str) -> bool:
 def parse(argv: list[str], default: Config, prog: str) -> Config:
     """Parse ``argv`` (tyro) with ``default``'s values as the defaults; ``--help`` prints the groups and exits.
 
-    Raises:
-      ConfigError: an unknown flag (:func:`check_flags`).
-    """
-    check_flags(argv)
+    ``argv``'s flags are expected checked by :func:`check_flags` already (``train.parse_config`` does it
+    before any settings file is read, so that an unknown flag is named first)."""
     argv = [_alias(token) for token in argv]
     cls = grouped_class()
     values = dataclasses.asdict(default)
