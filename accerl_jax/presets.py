@@ -77,10 +77,11 @@ def _typed(name: str, value, where: str):
         return None
     if base in ("int", "float") and isinstance(value, str):  # YAML 1.1 reads 3e-4 and 2e6 (no dot) as text
         try:
-            number = float(value.replace("_", ""))
-            value = int(number) if base == "int" and number.is_integer() else number if base == "float" else value
+            number = float(value)  # also reads 1_024
         except ValueError:
-            pass
+            number = None
+        if number is not None and (base == "float" or number.is_integer()):
+            value = number if base == "float" else int(number)
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
           "str": isinstance(value, str), "bool": isinstance(value, bool),
