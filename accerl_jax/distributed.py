@@ -194,3 +194,17 @@ class SetupVote:
                 raise ConfigError(f"bad multi-host settings: the processes were given different flags: "
                                   f"{'; '.join(differ)}; give every process the same flags (only --process-id "
                                   "differs)")
+
+
+def from_process_0(tree):
+    """Process 0's ``tree`` of host numbers on every process (a collective: every process must call it,
+    with a tree of the same structure). Used where each process measures something a decision depends
+    on (e.g. ``--compressor auto``'s timings and divergences), so that all of them decide alike.
+
+    Returns:
+      ``tree`` with process 0's values, as Python floats.
+    """
+    import jax
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(float, multihost_utils.broadcast_one_to_all(jax.tree.map(float, tree)))

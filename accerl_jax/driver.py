@@ -422,6 +422,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "learner_devices": jax.device_count(),
         "learner_batch": info.num_envs * run.num_processes,
         "learner_params_digest": params_digest(state.params),
+        "actor_params_digest": params_digest(actor_params),
         "backend": jax.default_backend(),
         "logdir": run.logdir,
         "config": dataclasses.asdict(cfg),

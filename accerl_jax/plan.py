@@ -106,13 +106,9 @@ def check_multi_host(cfg: Config, loop: str) -> None:
     """Refuse what a run of several processes cannot do with ``loop``.
 
     Raises:
-      ConfigError: ``--compressor auto`` (each process would take its own decisions from its own
-        rollouts); the Anakin loop with an envpool env or ``--num-seeds`` > 1; ``--resume`` outside the
+      ConfigError: the Anakin loop with an envpool env or ``--num-seeds`` > 1; ``--resume`` outside the
         Anakin loop (the sequential loop's actors keep process-local state, which a checkpoint does not hold).
     """
-    if cfg.compressor == "auto":
-        raise ConfigError("bad --compressor auto with several processes: each process would take its own "
-                          "compression decisions from its own rollouts; use a fixed --compressor")
     if loop == "anakin":
         if not cfg.env.startswith("gymnax:"):
             raise ConfigError(f"bad --loop anakin for {cfg.env} with several processes: envpool's XLA step cannot "
@@ -162,8 +158,7 @@ def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
     Raises:
       ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program),
         ``--compressor auto`` with ``--num-seeds`` > 1 (each seed would take its own decisions, so the
-        seeds could not share one vmapped program); for envpool: ``--compressor auto`` (not built for
-        the pool's XLA actor), ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
+        seeds could not share one vmapped program); for envpool: ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
         local device (XLA cannot partition envpool's side-effecting step over devices), or a task with
         64-bit arrays (:func:`accerl_jax.envs.envpool_env.check_xla`).
     """
@@ -177,10 +172,6 @@ def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
                           "one at a time (--num-seeds 1) or use a fixed --compressor")
     if jittable:
         return
-    if cfg.compressor == "auto":
-        raise ConfigError(f"bad --compressor auto with --loop anakin and {cfg.env}: auto's per-candidate "
-                          "programs are built for gymnax envs, not envpool's XLA actor; use --loop sequential "
-                          "or a fixed --compressor")
     if cfg.num_seeds > 1:
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop anakin and {cfg.env}: the Anakin loop "
                           "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "
@@ -203,7 +194,7 @@ def check_sebulba(cfg: Config, loop: str) -> None:
 
     Raises:
       ConfigError: Sebulba flags with another loop; ``--loop sebulba`` with a non-envpool env, with
-        ``--policy-lag``, ``--compressor auto`` or ``--compress-every`` other than 1; ``--num-envs`` not a
+        ``--policy-lag`` or ``--compress-every`` other than 1; ``--num-envs`` not a
         multiple of ``--actor-threads``; ``--actor-batch`` larger than a thread's environments.
     """
     if loop != "sebulba":
@@ -218,9 +209,6 @@ def check_sebulba(cfg: Config, loop: str) -> None:
     if cfg.policy_lag:
         raise ConfigError(f"bad --policy-lag {cfg.policy_lag} with --loop sebulba: its actors lag by themselves "
                           "(bounded by --queue-size); use --loop sequential for a fixed lag")
-    if cfg.compressor == "auto":
-        raise ConfigError("bad --compressor auto with --loop sebulba: auto switches its candidates between updates "
-                          "of the sequential loop; use --loop sequential or a fixed compressor")
     if cfg.compress_every != 1:
         raise ConfigError(f"bad --compress-every {cfg.compress_every} with --loop sebulba: its compressor thread "
                           "re-compresses as fast as it can, overlapped with learning; use --loop sequential")

@@ -21,7 +21,7 @@ import numpy as np
 from accerl_jax import checkpoint
 from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
-from accerl_jax import networks, speed, xla
+from accerl_jax import distributed, networks, speed, xla
 from accerl_jax.actor import make_actor
 from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import auto
@@ -80,8 +80,9 @@ def claim_logdir(logdir: str) -> None:
 
 
 def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
-                         obs_dtype: str = "float32"):
-    """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``.
+                         obs_dtype: str = "float32", num_processes: int = 1):
+    """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``; with several
+    processes, every measurement it decides on is process 0's (:func:`accerl_jax.distributed.from_process_0`).
 
     Raises:
       ValueError: a bad ``--auto-candidates`` list or candidate spec.
@@ -101,11 +102,12 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
         max_kl=cfg.max_actor_kl, every=cfg.auto_every, check_every=min(AUTO_CHECK_EVERY, cfg.auto_every),
         max_clip_fraction=cfg.auto_max_clip, clip_rho_threshold=cfg.clip_rho_threshold,
         samples=REFRESH_SAMPLES, speed_forwards=min(SPEED_FORWARDS // 4, cfg.rollout_length),
+        **({"agree": distributed.from_process_0} if num_processes > 1 else {}),
     )
 
 
 def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
-                        obs_dtype: str = "float32") -> Compressor:
+                        obs_dtype: str = "float32", num_processes: int = 1) -> Compressor:
     """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``.
     A chain with a registered stage (:func:`~accerl_jax.compressor.register_compressor`) is first run
     abstractly on ``spec`` (:func:`accerl_jax.plan.check_compressor`); the built-in stages fit every
@@ -117,7 +119,7 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
     """
     try:
         if cfg.compressor == "auto":
-            return make_auto_compressor(cfg, spec, learner_apply, continuous, obs_dtype)
+            return make_auto_compressor(cfg, spec, learner_apply, continuous, obs_dtype, num_processes)
         compressor = make_compressor(
             cfg.compressor, spec, learner_apply,
             distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
@@ -241,7 +243,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         check_budget(cfg, resume_point.meta["extra"]["completed"], num_updates, steps_per_update)
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
-    compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype)
+    compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
     if before_write is not None:
         before_write()
     if logdir is None:  # a multi-host process other than 0: its files are thrown away

@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if summary["num_processes"] > 1:  # multi-host: equal digests on every process = the same learner
         print(f"process {summary['process_id']} of {summary['num_processes']}: learner parameters digest "
               f"{summary['learner_params_digest']}")
+        print(f"process {summary['process_id']} of {summary['num_processes']}: actor parameters digest "
+              f"{summary['actor_params_digest']}")
     if summary["logdir"] is None:
         print("outputs: written by process 0 only")
     else:

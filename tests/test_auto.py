@@ -157,6 +157,49 @@ def test_evaluation_warms_only_candidates_that_can_win(shared):
     assert [x["update"] for x in comp.decisions] == [1, 6]
 
 
+def test_init_is_pure_and_checks_follow_crossed_multiples(shared):
+    """``init`` traces (its candidates' keys live in the state, not on the object), and the triggers are
+    measured when a multiple of ``check_every`` (2) lies in ``(since, update]``: the Sebulba compressor
+    thread skips versions, so update 5 after 3 is a check (4 crossed), update 5 after 4 is not."""
+    comp = _with(shared, max_kl=1e9, max_clip_fraction=-1.0)  # any measured clipping fires the trigger
+    comp.every = 100  # no periodic evaluation
+    try:
+        actor_params, state = jax.jit(comp.init)(PARAMS, jax.random.PRNGKey(3), OBS[0])
+        assert state.init_keys.shape == (3, 2) and list(actor_params) == ["none"]
+        actor_params, state, d = comp.adapt(1, PARAMS, state, actor_params, _rollout())
+        assert d["trigger"] == "initial" and d["chosen"] == "distill:tiny"
+        assert comp.adapt(2, PARAMS, state, actor_params, _rollout())[2] is None  # within the cooldown (2)
+        assert comp.adapt(5, PARAMS, state, actor_params, _rollout(), since=4)[2] is None  # no multiple of 2 crossed
+        assert comp.skipped_evaluations == 0
+        _, state, d = comp.adapt(5, PARAMS, state, actor_params, _rollout(), since=3)
+        assert d is None and comp.skipped_evaluations == 1  # measured: clipping fired; the fastest already runs
+        assert int(state.last_evaluation) == 5
+    finally:
+        comp.every = 5
+
+
+def test_measurements_go_through_agree(shared):
+    """Every number a decision depends on (timings, KL and agreement, clipping) passes through ``agree``
+    (process 0's values on every process of a multi-host run): with an ``agree`` that makes ``int8``'s
+    KL huge, a bound between the two picks ``none`` although int8 is within it on this process."""
+    seen = []
+
+    def agree(tree):
+        seen.append(sorted(tree) if isinstance(tree, dict) else tree)
+        return tree
+
+    comp = auto("none,int8", SPEC, APPLY, lambda s: make_compressor(s, SPEC, APPLY), divergence=policy_divergence,
+                forward_timer=bytes_timer, max_kl=1.0, every=5, check_every=2, warmup=1, rounds=1, agree=agree)
+    actor_params, state = comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])
+    _, state, d = comp.adapt(1, PARAMS, state, actor_params, _rollout())
+    assert d["chosen"] == "int8"  # fewer bytes: faster, and within the bound
+    assert ["base", "candidates"] in seen and ["agreement", "kl"] in seen and ["clip_fraction", "clip_fraction_margin"] in seen
+    comp.agree = lambda tree: dict(tree, kl=99.0) if "agreement" in tree else tree
+    comp.forward_s.clear()
+    _, _, d = comp.adapt(1, PARAMS, comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])[1], {"none": PARAMS}, _rollout())
+    assert d["chosen"] == "none" and d["candidates"]["int8"]["kl"] == 99.0
+
+
 def test_candidate_list_errors():
     assert parse_candidates("none, int8") == ["none", "int8"]
     for bad, msg in [("none,,int8", "empty entry"), ("none,auto", "'auto' cannot"), ("int8,int8", "more than once")]:
@@ -243,3 +286,20 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     # + 4 (warm-up, update 20) + 12 (updates 21-32), each of cfg.distill_steps gradient steps.
     assert int(leaves[".compressor['distill'].steps"]) == (4 + 10 + 4 + 12) * cfg.distill_steps
     assert summary["total_env_steps"] == 4 * 8 * updates and summary["actor_params"] < summary["learner_params"]
+
+
+@pytest.mark.parametrize("loop_name", ["sebulba", "anakin"])
+def test_auto_with_envpool_in_sebulba_and_anakin(tmp_path, monkeypatch, loop_name):
+    """Every loop runs auto: Sebulba (decisions in its compressor thread, on the versions it compresses)
+    and Anakin with envpool's XLA actor. The huge bound makes auto switch to the student first; later
+    evaluations find the fastest running and are skipped."""
+    monkeypatch.setattr(speed, "forward_timer", bytes_timer)
+    cfg = Config(env="envpool:CartPole-v1", loop=loop_name, compressor="auto", auto_candidates="none,distill:tiny",
+                 max_actor_kl=1e9, auto_every=2, total_steps=4 * 8 * 8, num_envs=4, rollout_length=8, log_every=2,
+                 checkpoint_every=0, progress=False, logdir=str(tmp_path / "run"))
+    summary = loop.train(cfg)
+    assert summary["loop"] == loop_name and summary["stopped"] is None and summary["updates"] == 8
+    lines = _decisions(cfg.logdir)
+    assert [(d["trigger"], d["chosen"], d["switched"]) for d in lines] == [("initial", "distill:tiny", True)]
+    assert summary["auto_running"] == "distill:tiny" and summary["auto_skipped_evaluations"] >= 1
+    assert summary["actor_params"] < summary["learner_params"]

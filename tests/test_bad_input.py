@@ -223,9 +223,6 @@ CASES = [
     ("multihost-resume-sequential", lambda t: _resume()(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "sequential"],
      None, ["bad --resume", "with several processes and --loop sequential", "only a multi-host run of the Anakin loop"],
      ""),
-    ("multihost-anakin-auto", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "anakin", "--compressor",
-                                                                                      "auto"], None,
-     ["bad --compressor auto with several processes", "each process would take its own", "fixed --compressor"], ""),
     # The Anakin loop steps envpool through its XLA interface: one pool, one seed, 32-bit arrays.
     ("anakin-envpool-num-seeds", lambda t: _over(t) + ["--env", "envpool:CartPole-v1", "--loop", "anakin",
                                                        "--num-seeds", "2"], None,

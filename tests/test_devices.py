@@ -596,3 +596,33 @@ def test_the_plan_starts_no_jax_backend():
             "from jax._src import xla_bridge\nassert not xla_bridge._backends, 'a JAX backend was started'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("loop_name", ["anakin", pytest.param("sequential", marks=pytest.mark.slow)])
+def test_two_processes_take_the_same_auto_decisions(tmp_path, loop_name):
+    """``--compressor auto`` on two processes (2 devices each): process 0's timings and divergences decide
+    for both (each process measures its own, on its own share of the machine), so both take the same
+    decisions, warm the same candidates on the global batch's observations, and end with bitwise-equal
+    learner and actor parameters. (The student's KL exceeds the tiny bound, so the first evaluation
+    always decides: it switches to ``none``, whatever the timings.)"""
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds, envs = _two_process_cmds(tmp_path, port, lambda pid: [
+        sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", loop_name, "--compressor", "auto",
+        "--auto-candidates", "distill:tiny,none", "--max-actor-kl", "1e-12", "--auto-every", "2", "--logdir", str(logdir),
+        "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])
+    outs = _launch(cmds, envs, tmp_path / "out")
+    decided = [[ln for ln in out.splitlines() if ln.startswith("auto, update ")] for out in outs]
+    assert decided[0] and decided[0] == decided[1], outs
+    actor = [[ln.split()[-1] for ln in out.splitlines() if ln.startswith(f"process {pid} of 2: actor parameters digest")]
+             for pid, out in enumerate(outs)]
+    assert actor[0] and actor[0] == actor[1]
+    digests = _digests(outs)
+    assert digests[0] == digests[1]
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["loop"] == loop_name and summary["num_processes"] == 2 and summary["stopped"] is None
+    first = summary["auto_decisions"][0]
+    assert (first["trigger"], first["previous"], first["chosen"]) == ("initial", "distill:tiny", "none")
+    assert summary["actor_params_digest"] == actor[0][0]
+    assert len(summary["auto_decisions"]) == len(decided[0])

@@ -33,8 +33,9 @@ choice stands, and the evaluations dominate the run's time). Each evaluation ret
 candidate, whether it switched, a one-line ``reason``, the candidates ``evaluated`` and their
 measurements), which the loop hands to the Monitor.
 
-Two loop hooks: :meth:`AutoCompressor.adapt` (the sequential loop; once per learner update after
-``compress``, measuring the triggers every ``check_every`` updates) and :meth:`AutoCompressor.decide`
+Two loop hooks: :meth:`AutoCompressor.adapt` (the sequential loop, once per learner update after
+``compress``; the Sebulba compressor thread, after each learner version it compresses; the triggers
+measured every ``check_every`` updates) and :meth:`AutoCompressor.decide`
 (the Anakin loop, :class:`accerl_jax.loops.anakin.AutoChunks`; at chunk boundaries, with the triggers'
 statistics measured inside the chunk's program: :meth:`AutoCompressor.clip_fractions`, and the KL of
 the freshest policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidate`).
@@ -43,7 +44,11 @@ Actor parameters are ``{candidate key: that candidate's actor params}`` with a s
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,
 and jitted actors compile once per candidate they meet. Keys are the candidate specs with ``:`` and
 ``+`` written as ``_`` and ``-`` (checkpoint-safe names). ``--resume`` of an auto run is refused (the
-structure of the saved actor parameters depends on the decisions taken); see ``accerl_jax.run.setup``.
+structure of the saved actor parameters depends on the decisions taken; :func:`accerl_jax.plan.check_config`).
+
+``init`` and the candidates' ``compress`` are pure (each candidate's init key is kept in the
+:class:`AutoState`); the host-side decisions read device values. With several processes, every
+measurement a decision depends on goes through ``agree`` (process 0's values), so all processes decide alike.
 """
 from __future__ import annotations
 
@@ -67,6 +72,7 @@ class AutoState(NamedTuple):
     last_evaluation: jax.Array  # [] int32, learner update of the last evaluation (-1: none yet)
     cooldown: jax.Array  # [] int32, updates after the last evaluation before a trigger may start another
     states: dict  # candidate key -> that candidate's compressor state (every candidate, kept between evaluations)
+    init_keys: jax.Array  # [candidates, 2] uint32, the PRNG key of each candidate's init (split from init's key)
 
 
 def candidate_key(spec: str) -> str:
@@ -110,6 +116,11 @@ class AutoCompressor:
       warmup: ``compress`` calls each non-running candidate makes at an evaluation.
       samples: observations the divergence is measured on.
       speed_forwards, rounds: forward passes per timed scan; interleaved timing rounds.
+      agree: ``pytree of host numbers -> pytree``, applied to every measurement a decision depends on
+        (timings, KL, agreement, clipping) before it is used. The identity for one process; with several
+        processes, process 0's values broadcast to all (:func:`accerl_jax.distributed.agree`), so that
+        every process takes the same decisions and warms the same candidates on the same (global)
+        observations, and their actors stay identical.
 
     ``timed_stages`` is empty, as :class:`~accerl_jax.compressor.base.Compressor`'s: auto's time is all
     compression. ``takes_teacher`` is False: its distilling candidates run their own teacher pass.
@@ -121,7 +132,8 @@ class AutoCompressor:
     def __init__(self, candidates: Sequence[tuple[str, Compressor]], teacher_apply: ApplyFn, *, family: str,
                  divergence: Callable, forward_timer: Callable, max_kl: float, every: int = 100,
                  check_every: int = 10, max_clip_fraction: float = 0.2, clip_rho_threshold: float = 1.0,
-                 warmup: int = 4, samples: int = 256, speed_forwards: int = 8, rounds: int = 3):
+                 warmup: int = 4, samples: int = 256, speed_forwards: int = 8, rounds: int = 3,
+                 agree: Callable = lambda tree: tree):
         if not candidates:
             raise ValueError("auto needs at least one candidate compressor")
         self.specs = [s for s, _ in candidates]
@@ -132,6 +144,7 @@ class AutoCompressor:
         self.max_kl, self.every, self.check_every = float(max_kl), int(every), int(check_every)
         self.max_clip_fraction, self.clip_rho_threshold = float(max_clip_fraction), float(clip_rho_threshold)
         self.warmup, self.samples, self.speed_forwards, self.rounds = warmup, samples, speed_forwards, rounds
+        self.agree = agree
         self._applies = [c.actor_apply(teacher_apply) for c in self.candidates]
         self._logits = [xla.jit(lambda p, o, a=a: a(p, o)[0], family) for a in self._applies]
         self._learner_logits = xla.jit(lambda p, o: teacher_apply(p, o)[0], family)
@@ -160,15 +173,16 @@ class AutoCompressor:
     def init(self, params, key, obs=None):
         """The first candidate's actor params and state; the others' states are None until an evaluation
         first warms them (:meth:`_warm`: their ``init`` then runs on the learner's parameters of that
-        time, each with its own key split from ``key``). Returns ``(actor_params, AutoState)``."""
-        self._init_keys = list(jax.random.split(key, len(self.keys)))
-        p, first = self._init(0, params, obs)
+        time, each with its own key split from ``key`` and kept in the state). Pure (traceable).
+        Returns ``(actor_params, AutoState)``."""
+        init_keys = jax.random.split(key, len(self.keys))
+        p, first = self._init(0, params, obs, init_keys[0])
         states = {k: first if i == 0 else None for i, k in enumerate(self.keys)}
-        return {self.keys[0]: p}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states)
+        return {self.keys[0]: p}, AutoState(jnp.int32(0), jnp.int32(-1), jnp.int32(self.check_every), states, init_keys)
 
-    def _init(self, i: int, params, obs, key=None):
-        """Candidate ``i``'s ``init`` (with ``obs`` when given), by default with its key split in :meth:`init`."""
-        c, key = self.candidates[i], self._init_keys[i] if key is None else key
+    def _init(self, i: int, params, obs, key):
+        """Candidate ``i``'s ``init`` (with ``obs`` when given)."""
+        c = self.candidates[i]
         return c.init(params, key) if obs is None else c.init(params, key, obs)
 
     def compress(self, params, state: AutoState, obs):
@@ -208,6 +222,12 @@ class AutoCompressor:
     def running(self, state: AutoState) -> str:
         return self.specs[int(state.current)]
 
+    def summary(self, state: AutoState) -> dict:
+        """The run summary's auto fields: every decision taken, the candidate running in ``state``, and
+        the evaluations skipped as having nothing to gain."""
+        return {"auto_decisions": list(self.decisions), "auto_running": self.running(state),
+                "auto_skipped_evaluations": self.skipped_evaluations}
+
     def check_due(self, update: int, state: AutoState) -> bool:
         """True when the triggers may fire after ``update``: an evaluation has run and ``cooldown`` updates
         have passed since the last one."""
@@ -230,34 +250,42 @@ class AutoCompressor:
             return "clipping"
         return None
 
-    def adapt(self, update: int, params, state: AutoState, actor_params, rollout: Rollout, rho_params=None):
-        """The sequential loop's hook, called after each compression: check the triggers and, when one
-        fires, evaluate the candidates (:meth:`_evaluate`) and choose. The running policy's KL and ρ
-        clipping are measured every ``check_every`` updates once the cooldown has passed.
+    def adapt(self, update: int, params, state: AutoState, actor_params, rollout: Rollout, rho_params=None,
+              obs=None, since: int | None = None):
+        """The sequential and Sebulba loops' hook, called after a compression: check the triggers and,
+        when one fires, evaluate the candidates (:meth:`_evaluate`) and choose. The running policy's KL
+        and ρ clipping are measured when a multiple of ``check_every`` updates lies in ``(since, update]``,
+        once the cooldown has passed.
 
         Args:
           update: the learner update just completed (1-based).
           params: the learner parameters after it; ``actor_params`` were compressed from them.
           rollout: ``[T, B, ...]`` the rollout it trained on; its observations are the current ones.
           rho_params: the learner parameters the update computed ρ with (default ``params``).
+          obs: ``[T, B, ...]`` the observations to measure and warm on (default ``rollout.obs``; with
+            several processes the global batch's, so that every process warms its candidates alike).
+          since: the update of the previous call (default ``update - 1``; the Sebulba compressor thread
+            skips versions).
 
         Returns:
           ``(actor_params, state, decision)``; ``decision`` is None when no evaluation ran (or it was
           skipped as having nothing to gain).
         """
         rho_params = params if rho_params is None else rho_params
+        obs = rollout.obs if obs is None else obs
+        since = update - 1 if since is None else since
         trigger, measured = self._trigger(update, state, {}), {}
-        if trigger is None and update % self.check_every == 0 and self.check_due(update, state):
-            obs = rollout.obs.reshape((-1,) + rollout.obs.shape[2:])[: self.samples]
+        if trigger is None and update // self.check_every > since // self.check_every and self.check_due(update, state):
+            held = obs.reshape((-1,) + obs.shape[2:])[: self.samples]
             i = int(state.current)
-            div = self.divergence(self._learner_logits(params, obs), self._logits[i](actor_params[self.keys[i]], obs))
-            measured = {"kl": float(div["kl_learner_actor"]), **self._clipping(rho_params, rollout)}
+            div = self.divergence(self._learner_logits(params, held), self._logits[i](actor_params[self.keys[i]], held))
+            measured = self.agree({"kl": float(div["kl_learner_actor"]), **self._clipping(rho_params, rollout)})
             trigger = self._trigger(update, state, measured)
         if trigger is None:
             return actor_params, state, None
         if not measured:
-            measured = self._clipping(rho_params, rollout)
-        return self._evaluate(update, params, state, actor_params, rollout.obs, trigger, measured)
+            measured = self.agree(self._clipping(rho_params, rollout))
+        return self._evaluate(update, params, state, actor_params, obs, trigger, measured)
 
     def decide(self, update: int, params, state: AutoState, actor_params, obs, measured: dict):
         """The Anakin loop's hook at a chunk boundary: :meth:`adapt` with the running policy's statistics
@@ -274,6 +302,7 @@ class AutoCompressor:
         Returns:
           ``(actor_params, state, decision)`` as :meth:`adapt`.
         """
+        measured = self.agree(measured) if measured else measured
         trigger = self._trigger(update, state, measured if self.check_due(update, state) else {})
         if trigger is None:
             return actor_params, state, None
@@ -304,7 +333,8 @@ class AutoCompressor:
 
         def measure(i: int) -> None:
             div = self.divergence(learner_out, self._logits[i](fresh[i], held))
-            rows[self.specs[i]] = {"kl": float(div["kl_learner_actor"]), "agreement": float(div["action_agreement"])}
+            rows[self.specs[i]] = self.agree({"kl": float(div["kl_learner_actor"]),
+                                              "agreement": float(div["action_agreement"])})
 
         measure(current)
         if not all(s in self.forward_s for s in self.specs):  # the first evaluation: time every candidate
@@ -320,10 +350,11 @@ class AutoCompressor:
             cooldown = min(2 * cooldown, self.every)
         if not todo:
             self.skipped_evaluations += 1
-            return actor_params, AutoState(state.current, jnp.int32(update), jnp.int32(cooldown), states), None
+            return actor_params, state._replace(last_evaluation=jnp.int32(update), cooldown=jnp.int32(cooldown),
+                                                states=states), None
         # Fastest first: the first within the bound is the choice, so the slower ones are never warmed.
         for i in sorted(todo, key=lambda i: self.forward_s[self.specs[i]]):
-            fresh[i], states[self.keys[i]] = self._warm(i, params, states[self.keys[i]], obs_flat)
+            fresh[i], states[self.keys[i]] = self._warm(i, params, states[self.keys[i]], obs_flat, state.init_keys[i])
             measure(i)
             if rows[self.specs[i]]["kl"] <= self.max_kl:
                 break
@@ -364,14 +395,15 @@ class AutoCompressor:
             "next_trigger_cooldown": cooldown,
         }
         self.decisions.append(decision)
-        new_state = AutoState(jnp.int32(j), jnp.int32(update), jnp.int32(cooldown), states)
+        new_state = state._replace(current=jnp.int32(j), last_evaluation=jnp.int32(update),
+                                   cooldown=jnp.int32(cooldown), states=states)
         return {self.keys[j]: fresh[j]}, new_state, decision
 
-    def _warm(self, i: int, params, state, obs_flat):
+    def _warm(self, i: int, params, state, obs_flat, key):
         """Candidate ``i``'s actor params after ``warmup`` ``compress`` calls from ``state`` (its first
-        ``init`` when None). Returns ``(actor_params, state)``."""
+        ``init``, with ``key``, when None). Returns ``(actor_params, state)``."""
         if state is None:
-            p, state = self._init(i, params, obs_flat)
+            p, state = self._init(i, params, obs_flat, key)
         for _ in range(self.warmup):
             p, state = self.candidates[i].compress(params, state, obs_flat)
         return p, state
@@ -387,7 +419,7 @@ class AutoCompressor:
         fresh = dict(fresh)
         for i in todo:
             if i not in fresh:
-                shapes = jax.eval_shape(lambda p, i=i: self._init(i, p, obs_flat)[0], params)
+                shapes = jax.eval_shape(lambda p, i=i: self._init(i, p, obs_flat, jax.random.PRNGKey(0))[0], params)
                 fresh[i] = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         times: dict[int, list] = {i: [] for i in todo}
         base: list = []
@@ -396,10 +428,12 @@ class AutoCompressor:
                 base.append(self._base_timer(params, obs_seq))
             for i in todo:
                 times[i].append(self._timers[i](fresh[i], obs_seq))
+        measured = self.agree({"base": float(np.median(base)) if base else -1.0,
+                               "candidates": [float(np.median(times[i])) for i in todo]})
         if base:
-            self.base_forward_s = float(np.median(base))
-        for i in todo:
-            self.forward_s[self.specs[i]] = float(np.median(times[i]))
+            self.base_forward_s = measured["base"]
+        for i, seconds in zip(todo, measured["candidates"]):
+            self.forward_s[self.specs[i]] = seconds
 
 
 def auto(candidates: Sequence[str], network: networks.NetworkSpec, teacher_apply: ApplyFn, make: Callable,

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from accerl_jax.compressor.auto import AutoState
-from accerl_jax.loops.anakin_program import AnakinState, ChunkEnd, make_chunk, state_sharding
+from accerl_jax.loops.anakin_program import AnakinState, ChunkEnd, make_chunk
+from accerl_jax.loops.anakin_state import place_state
 from accerl_jax.run import Run
 
 
@@ -40,7 +41,6 @@ class AutoChunks:
         self.programs: dict[int, Callable] = {}  # candidate index -> its compiled chunk program
         self.auto_state = None  # the host's AutoState; its entry for the running candidate is refreshed before use
         self.last_end: ChunkEnd | None = None  # what the previous chunk measured at its end
-        self.decisions: list[dict] = []
         self.decide_s = 0.0  # host seconds spent in decisions (evaluations, switches); the loop waits for them
 
     def program(self, i: int) -> Callable:
@@ -56,7 +56,7 @@ class AutoChunks:
             s = s._replace(compressor=s.compressor.states[self.auto.keys[int(s.compressor.current)]])
             obs = s.carry.obs[None]
         else:
-            obs = s.obs.reshape((self.run.cfg.rollout_length, self.run.info.num_envs) + tuple(self.run.info.obs_shape))
+            obs = s.obs.reshape((self.run.cfg.rollout_length, -1) + tuple(self.run.info.obs_shape))  # the global batch's
         start = time.perf_counter()
         s = self._decide(s, obs)
         self.decide_s += time.perf_counter() - start
@@ -80,17 +80,15 @@ class AutoChunks:
         self.auto_state = st
         if decision is None:
             return s
-        self.decisions.append(decision)
         self.run.monitor.log_decision(decision)
         if not decision["switched"]:
             return s
         lag = self.run.cfg.policy_lag + 1
         s = s._replace(actor_params=(actor_params,) * lag, versions=jnp.full((lag,), update, jnp.int32),
                        compressor=st.states[auto.keys[int(st.current)]])
-        return jax.device_put(s, state_sharding())
+        return place_state(self.run, s)
 
     def summary(self) -> dict:
         """The summary's auto fields (as the sequential loop's, plus the programs compiled)."""
-        return {"auto_decisions": self.decisions, "auto_running": self.auto.running(self.auto_state),
-                "auto_skipped_evaluations": self.auto.skipped_evaluations, "auto_decide_s": self.decide_s,
+        return {**self.auto.summary(self.auto_state), "auto_decide_s": self.decide_s,
                 "auto_chunk_programs": sorted(self.auto.specs[i] for i in self.programs)}

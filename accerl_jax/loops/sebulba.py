@@ -10,7 +10,8 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
   (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
   parameters to
 * the compressor thread, which compresses the newest learner parameters it has been given (older ones
-  are skipped) and publishes them to the actors; so compression overlaps acting and learning.
+  are skipped) and publishes them to the actors; so compression overlaps acting and learning. With
+  ``--compressor auto`` it also takes auto's decisions (:meth:`~accerl_jax.compressor.auto.AutoCompressor.adapt`).
 
 A worker thread that raises stops the run within ~:data:`POLL_S`: the stepper re-raises the worker's own
 exception, and the driver saves the last completed update. Host environments restart on ``--resume``.
@@ -77,6 +78,7 @@ class SebulbaStepper:
         self.compress_wait = Clock()  # seconds the learner waited for the compressor (> one update behind)
         self.rollouts: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
         self.refresh_logs: list = []  # (update, divergence) of every --log-every-th refresh, for the Monitor
+        self.decisions: list[dict] = []  # --compressor auto's decisions (taken in the compressor thread) not yet logged
         self.workers: list[threading.Thread] = []
 
     def _start(self) -> None:
@@ -127,9 +129,14 @@ class SebulbaStepper:
             item = self.learner_box.wait_newer(seen, POLL_S)
             if item is None:
                 continue
-            (learner_params, obs), version = item
+            (learner_params, obs, rollout, rho_params), version = item
             start = time.perf_counter()
             new, comp_state = run.compressor.compress(learner_params, comp_state, obs)
+            if run.plan.auto:  # may evaluate its candidates and switch (counted as compression)
+                new, comp_state, decision = run.compressor.adapt(version, learner_params, comp_state, new, rollout,
+                                                                 rho_params=rho_params, since=seen)
+                if decision is not None:
+                    self.decisions.append(decision)
             jax.block_until_ready(new)
             self.clock.add("compress", time.perf_counter() - start)
             seen, previous, params = version, params, new
@@ -174,6 +181,8 @@ class SebulbaStepper:
             self.run.monitor.add_time(stage, seconds)
         while self.refresh_logs:
             self.run.monitor.log_refresh(*self.refresh_logs.pop(0))
+        while self.decisions:
+            self.run.monitor.log_decision(self.decisions.pop(0))
 
     def steps(self, driver):
         try:
@@ -205,10 +214,12 @@ class SebulbaStepper:
             self.lags.append(lag)
             # Compression may overlap this update, but not fall further behind: that bounds the lag.
             self._wait_for_compression(it - 2)
+            rho_params = self.state.params  # the parameters the update computes ρ with
             with monitor.time("learner"):
                 self.state, metrics, bad = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
-            self.learner_box.publish((self.state.params, rollout.obs.reshape((-1,) + run.info.obs_shape)), it)
+            obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
+            self.learner_box.publish((self.state.params, obs, rollout, rho_params), it)
             self._drain()
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
@@ -248,6 +259,7 @@ class SebulbaStepper:
             actor_put_wait_s=self.put_wait.drain().get("put", 0.0),
             learner_compress_wait_s=self.compress_wait.drain().get("wait", 0.0),
             stage_times_overlap=True,
+            **(self.run.compressor.summary(self.comp_box.item[0][1]) if self.run.plan.auto else {}),
         )
 
     def cost_split(self) -> dict:

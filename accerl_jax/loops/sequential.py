@@ -31,7 +31,6 @@ class SequentialStepper:
         self.guard = UpdateGuard(update, run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
         self.env_calibration = list(run.extra.get("env_calibration", []))  # seconds of one env-only rollout
-        self.decisions: list[dict] = []  # --compressor auto's decisions
         self.rollout = None
         self.lag = 0
         compress = run.compressor.compress
@@ -85,7 +84,8 @@ class SequentialStepper:
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
             metrics["policy_lag_versions"] = self.lag
-            obs_flat = self._global_obs(rollout.obs)
+            obs_global = self._global_obs(rollout.obs)
+            obs_flat = jnp.reshape(obs_global, (-1,) + tuple(run.info.obs_shape))
             teacher = {}
             if outputs:
                 flat = lambda x: x.reshape((obs_flat.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
@@ -97,10 +97,10 @@ class SequentialStepper:
                                                                        **teacher)
                     if auto:  # may evaluate its candidates and switch (counted as compression)
                         self.actor_params, self.comp_state, decision = run.compressor.adapt(
-                            it, self.state.params, self.comp_state, self.actor_params, rollout, rho_params=rho_params)
+                            it, self.state.params, self.comp_state, self.actor_params, rollout, rho_params=rho_params,
+                            obs=obs_global)
                         if decision is not None:
                             monitor.log_decision(decision)
-                            self.decisions.append(decision)
                     jax.block_until_ready(self.actor_params)
                 versions.append(it)
             else:
@@ -120,14 +120,14 @@ class SequentialStepper:
                        Bad(bad, it, 0) if bad is not None else None)
 
     def _global_obs(self, obs) -> jax.Array:
-        """``obs [T, b, ...]`` flattened to ``[T * B, ...]``; with several processes first gathered into
-        the global batch's ``B`` columns (process order), so that every process compresses (distils) on
-        the same observations and their actors stay identical."""
+        """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
+        (process order), so that every process compresses (distils), and ``--compressor auto`` warms its
+        candidates, on the same observations, and their actors stay identical."""
         if self.run.num_processes > 1:
             from jax.experimental import multihost_utils
 
-            obs = np.concatenate(list(multihost_utils.process_allgather(obs)), axis=1)
-        return jnp.reshape(obs, (-1,) + tuple(self.run.info.obs_shape))
+            obs = jnp.asarray(np.concatenate(list(multihost_utils.process_allgather(obs)), axis=1))
+        return obs
 
     def row(self, update: int) -> list:
         run, info = self.run, self.run.info
@@ -152,10 +152,7 @@ class SequentialStepper:
         return [Final(self.state, self.actor_params, obs)]
 
     def fields(self) -> dict:
-        out = {"loop": "sequential"}
-        if self.run.plan.auto:
-            out.update(auto_decisions=self.decisions, auto_running=self.run.compressor.running(self.comp_state))
-        return out
+        return {"loop": "sequential", **(self.run.compressor.summary(self.comp_state) if self.run.plan.auto else {})}
 
     def cost_split(self) -> dict:
         return {}  # its stages are timed apart while training
