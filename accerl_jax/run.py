@@ -268,13 +268,14 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
-    reuse = compressor.takes_teacher and cfg.distill_reuse_teacher and global_state
+    reuse = compressor.takes_teacher and cfg.distill_reuse_teacher
     teacher_update = make_update(outputs=True) if reuse else None
     if n_proc > 1:
         state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]),
                                        key=learner_lib.learner_key(cfg.seed))
-        if not global_state:
+        if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
             update = make_global_update(update, mesh)
+            teacher_update = make_global_update(teacher_update, mesh) if reuse else None
     else:
         state = learner_lib.init_state(params, optimizer, mesh, key=learner_lib.learner_key(cfg.seed))
     actor_apply = compressor.actor_apply(learner_apply)

@@ -103,12 +103,21 @@ class GlobalUpdate:
     def host_wrap(self, fn: Callable) -> Callable:
         """``fn(state, batch, *rest) -> outputs`` over global arrays (jitted) as a function of process-local
         ones: ``state`` and ``rest`` (arrays or pytrees, equal on every process) become replicated global
-        arrays, ``batch`` (``[T, b, ...]`` leaves) this process's columns of the global batch; every output
-        leaf must be replicated and comes back as this process's copy."""
+        arrays, ``batch`` (``[T, b, ...]`` leaves) this process's columns of the global batch; a replicated
+        output leaf comes back as this process's copy, any other (e.g. the learner's outputs at the global
+        batch's observations, ``[T, B, ...]``) gathered whole onto every process (process order, as
+        :func:`jax.experimental.multihost_utils.process_allgather` ``tiled=True``)."""
+        def local(x):
+            if x.is_fully_replicated:
+                return x.addressable_data(0)
+            from jax.experimental import multihost_utils
+
+            return jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
+
         def wrapped(state, batch, *rest):
             out = fn(jax.tree.map(self._global_replicated, state), jax.tree.map(self._global_batch, batch),
                      *jax.tree.map(self._global_replicated, rest))
-            return jax.tree.map(lambda x: x.addressable_data(0), out)
+            return jax.tree.map(local, out)
 
         return wrapped
 

@@ -526,19 +526,18 @@ def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_p
 def test_two_processes_sequential_loop_equals_one_process(tmp_path):
     """The sequential loop on two processes (one device and ``--num-envs 4`` each) equals one process with
     ``--num-envs 8``: the same rollouts (every env keyed by its global index), the same learner, and the
-    same distilled student, because every process distils on the observations of the whole global batch.
-    (Both distil with a second teacher pass: several processes of the sequential loop do not reuse the
-    learner's outputs as the teacher's, one process does.)"""
+    same distilled student, because every process distils on the observations of the whole global batch,
+    with the learner's own outputs at them as the teacher's (gathered from the global update)."""
     from accerl_jax import checkpoint
 
     one_dir = tmp_path / "one"
-    _main_job(str(one_dir), loop="sequential", distill_reuse_teacher=False)
+    _main_job(str(one_dir), loop="sequential")
     logdir = tmp_path / "run"
     (tmp_path / "out").mkdir()
     port = _free_port()
     envs = [dict(device_env(1), TMPDIR=str(tmp_path)) for _ in range(2)]
     cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", "sequential",
-             "--no-distill-reuse-teacher", "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+             "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
              "--process-id", str(pid)] for pid in range(2)]
     outs = _launch(cmds, envs, tmp_path / "out")
     digests = _digests(outs)
