@@ -141,8 +141,7 @@ class Config:
     distill_reuse_teacher: bool = True
     """Distil on the teacher outputs the learner's own forward pass computed over the rollout (under the
     parameters before its update, so the student tracks the learner one update behind) instead of a second
-    forward pass of the updated learner. Anakin and sequential loops (on several processes too); the
-    Sebulba loop always runs that second pass."""
+    forward pass of the updated learner (every loop)."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has

@@ -155,6 +155,29 @@ def test_sebulba_trains_with_versioned_rollouts_stops_on_sigint_and_resumes(tmp_
     assert no_worker_threads()
 
 
+def test_distillation_takes_the_learners_outputs_as_the_teacher(tmp_path, monkeypatch):
+    """The compressor thread distils on the learner's own outputs at the rollout's observations
+    (--distill-reuse-teacher, the default): every ``compress`` call gets ``teacher`` = (policy outputs,
+    values), one row per observation, so no second teacher pass runs."""
+    from accerl_jax import run as run_lib
+
+    real, seen = run_lib.make_run_compressor, []
+
+    def spy(*args, **kwargs):
+        c = real(*args, **kwargs)
+
+        def compress(params, state, obs, **kw):
+            seen.append((obs.shape[0], [x.shape[0] for x in kw["teacher"]]) if "teacher" in kw else None)
+            return c.compress(params, state, obs, **kw)
+
+        return c._replace(compress=compress)
+
+    monkeypatch.setattr(run_lib, "make_run_compressor", spy)
+    summary = loop.train(tiny(tmp_path / "run", compressor="distill:tiny", distill_steps=1, total_steps=4 * 8 * 4))
+    assert summary["stopped"] is None and summary["updates"] == 4
+    assert seen and all(s == (8 * 4, [8 * 4, 8 * 4]) for s in seen), seen
+
+
 def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
     assert choose_loop(Config(env="envpool:Pong-v5")) == "sebulba"
     assert choose_loop(Config(env="gymnax:CartPole-v1")) != "sebulba"

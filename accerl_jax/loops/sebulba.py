@@ -64,7 +64,10 @@ class SebulbaStepper:
     def __init__(self, run: Run):
         self.run = run
         cfg = run.cfg
-        self.guard = UpdateGuard(run.update, cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
+        # run.teacher_update: the learner's outputs at the rollout's observations go to the compressor thread
+        # as its teacher's (no second forward pass of the teacher in distillation).
+        update = run.update if run.teacher_update is None else run.teacher_update
+        self.guard = UpdateGuard(update, cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
         mesh = learner_lib.make_mesh()
         self.actor_device = jax.devices("cpu")[0] if cfg.actor_device == "cpu" else mesh.devices.flat[0]
@@ -129,9 +132,9 @@ class SebulbaStepper:
             item = self.learner_box.wait_newer(seen, POLL_S)
             if item is None:
                 continue
-            (learner_params, obs, rollout, rho_params), version = item
+            (learner_params, obs, teacher, rollout, rho_params), version = item
             start = time.perf_counter()
-            new, comp_state = run.compressor.compress(learner_params, comp_state, obs)
+            new, comp_state = run.compressor.compress(learner_params, comp_state, obs, **teacher)
             if run.plan.auto:  # may evaluate its candidates and switch (counted as compression)
                 new, comp_state, decision = run.compressor.adapt(version, learner_params, comp_state, new, rollout,
                                                                  rho_params=rho_params, since=seen)
@@ -216,10 +219,12 @@ class SebulbaStepper:
             self._wait_for_compression(it - 2)
             rho_params = self.state.params  # the parameters the update computes ρ with
             with monitor.time("learner"):
-                self.state, metrics, bad = self.guard(self.state, rollout, it)
+                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
             obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
-            self.learner_box.publish((self.state.params, obs, rollout, rho_params), it)
+            flat = lambda x: x.reshape((obs.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
+            teacher = {"teacher": (flat(outputs[0].policy_out), flat(outputs[0].value))} if outputs else {}
+            self.learner_box.publish((self.state.params, obs, teacher, rollout, rho_params), it)
             self._drain()
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
             finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
