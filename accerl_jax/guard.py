@@ -1,5 +1,5 @@
 """Non-finite guard of the learner update: NaN or inf in the loss, gradients or parameters is caught
-within the update that produced it (issue 7, "Interrupts and faults").
+within the update that produced it.
 
 The check is *fused* into the update's own XLA program (:func:`guard_update`, a traceable function):
 the finite flags are computed beside the update, and with ``--on-nan skip`` the previous state is kept
