@@ -8,8 +8,9 @@ Three parts, each a subprocess with its own time limit (a slow or hung part is s
    backend, and the first logged wall time at which the mean return reached :data:`TARGET_RETURN`.
 2. ``actor_time``: ``experiments/actor_time.py`` on ``gymnax:CartPole-v1`` with ``none``, ``int8``,
    ``bf16`` and ``distill:small`` (the actor-time table, the policy on the GPU).
-3. ``sebulba``: ``experiments/actor_bound.py`` (Sebulba, actor threads with the policy on the host CPU,
-   learner on the GPU) for ``none`` and the compressors it compares, the best beside its actor speedup.
+3. ``sebulba``: ``experiments/actor_bound.py`` (Sebulba on envpool Pong-v5, the actor's policy on the
+   host CPU, the learner on the GPU) for ``none``, ``prune:0.5``, ``distill:tiny`` and ``int8``: the
+   best one's training throughput against ``none`` beside its actor inference speedup.
 
 The JSON also holds the JAX version, the devices (probed in a subprocess, so this process never holds
 the GPU), the 1-minute load average before and after each part (``os.getloadavg``), the git revision
@@ -63,7 +64,7 @@ def part_commands(device: str, quick: bool, folder: str, budgets: dict) -> dict:
     else:
         actor += ["--num-envs", "1024", "--train-steps", "400000", "--distill-steps", "1000", "--rounds", "3",
                   "--repeats", "3"]
-        sebulba += ["--repeats", "1", "--updates", "24"]
+        sebulba += ["--repeats", "1", "--compressors", "none", "prune:0.5", "distill:tiny", "int8"]
     return {"main_job": (main, main_dir), "actor_time": (actor, os.path.join(folder, "actor_time.json")),
             "sebulba": (sebulba, os.path.join(folder, "sebulba.json"))}
 
