@@ -39,7 +39,7 @@ class Plan:
     process_id: int
     local_devices: int  # the learner's batch axis is sharded over these (x num_processes)
     # Index in jax.local_devices() of the learner's first device: 1 where --actor-device cpu-apart keeps
-    # the host CPU's device 0 for the actor (learner_devices), else 0.
+    # the host CPU's device 0 for the actor (first_learner_device), else 0.
     first_learner_device: int
     steps_per_update: int  # agent steps per update over all processes: num_envs x rollout_length x processes
     num_updates: int
@@ -250,7 +250,7 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
     n_proc = jax.process_count() if num_processes is None else num_processes
     pid = jax.process_index() if process_id is None else process_id
     n_dev = jax.local_device_count() if local_devices is None else local_devices
-    first = learner_devices(cfg, n_dev, backend)
+    first = first_learner_device(cfg, n_dev, backend)
     n_dev -= first
     if info.num_envs % n_dev:
         raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices"
@@ -286,7 +286,7 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
                 steps_per_update=steps_per_update, num_updates=num_updates)
 
 
-def learner_devices(cfg: Config, local_devices: int, backend: str | None = None) -> int:
+def first_learner_device(cfg: Config, local_devices: int, backend: str | None = None) -> int:
     """Index in ``jax.local_devices()`` of the learner's first device: 1 for ``--actor-device cpu-apart``
     where the learner's devices are the host CPU's own (``backend``, default JAX's, is ``"cpu"``): the actor
     takes device 0, the learner's mesh the other ``local_devices - 1``. Else 0: the learner uses every

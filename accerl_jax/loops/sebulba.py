@@ -7,8 +7,8 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
   first device); each rollout is copied to the learner's devices (``run.mesh``, sharded over the batch
   axis) and put, with the policy version that produced it, into a bounded queue (``--queue-size``).
   With ``cpu-apart`` on XLA:CPU the learner's mesh leaves ``cpu:0`` out
-  (:func:`accerl_jax.plan.learner_devices`), so actor and learner hold their arrays apart as they do with
-  a GPU learner.
+  (:func:`accerl_jax.plan.first_learner_device`), so actor and learner hold their arrays apart as they
+  do beside a GPU learner.
 * the learner, in the calling thread (where signals arrive): takes one rollout per actor thread, applies
   the guarded update (:class:`accerl_jax.guard.UpdateGuard`), records the policy lag in versions
   (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
@@ -69,7 +69,7 @@ class SebulbaStepper:
         cfg = run.cfg
         self.guard = UpdateGuard(run.update, cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
-        mesh = run.mesh  # --actor-device cpu-apart on XLA:CPU: every local device but cpu:0 (plan.learner_devices)
+        mesh = run.mesh  # with --actor-device cpu-apart on XLA:CPU, every local device but cpu:0
         self.actor_device = mesh.devices.flat[0] if cfg.actor_device == "learner" else jax.devices("cpu")[0]
         self.threads_n, self.per_thread, self.batch = cfg.actor_threads, cfg.num_envs // cfg.actor_threads, actor_batch(cfg)
         self.rollout_sharding = (NamedSharding(mesh, P(None, learner_lib.AXIS))
