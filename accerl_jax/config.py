@@ -9,6 +9,10 @@ import numpy as np
 import tyro
 
 
+# --actor-device values (Config.actor_device).
+ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
+
+
 class ConfigError(ValueError):
     """A setting the user chose is not accepted; the message names it and what would be. CLI exit code 2."""
 
@@ -84,8 +88,12 @@ class Config:
     """Sebulba: environments per envpool recv in each actor thread (envpool's batch_size; 1 to that
     thread's environments); the policy acts on these while envpool steps the others. 0: half of them."""
     actor_device: str = "cpu"
-    """Sebulba: where the actor threads run the compressed policy: 'cpu' (the host) or 'learner' (the
-    learner's first device, e.g. the GPU)."""
+    """Sebulba: where the actor threads run the compressed policy: 'cpu' (the host), 'learner' (the
+    learner's first device, e.g. the GPU), or 'cpu-apart': the host, kept off the learner's devices: where
+    those are the host CPU's own (XLA:CPU with N >= 2 forced devices,
+    XLA_FLAGS=--xla_force_host_platform_device_count=N), the actor takes cpu:0 and the learner's mesh the
+    other N - 1, a stand-in for CPU actors beside an accelerator learner (the devices share the same
+    cores); on a GPU/TPU machine the same as 'cpu'."""
     queue_size: int = 2
     """Sebulba: rollouts the bounded queue between the actor threads and the learner holds; the actor's
     policy lags the learner by at most queue-size + 4 versions (logged as policy_lag_versions)."""
@@ -281,7 +289,7 @@ def validate(cfg: Config) -> None:
         ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
         ("actor_threads", 0 < cfg.actor_threads <= 64, "an integer in [1, 64]"),
         ("actor_batch", 0 <= cfg.actor_batch <= 65536, "an integer in [0, 65536] (0: half of each thread's envs)"),
-        ("actor_device", cfg.actor_device in ("cpu", "learner"), "'cpu' or 'learner'"),
+        ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
     ]
     if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):

@@ -419,7 +419,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "devices": run.n_dev,
         "num_processes": run.num_processes,
         "process_id": run.process_id,
-        "learner_devices": jax.device_count(),
+        "learner_devices": int(run.mesh.devices.size),
         "learner_batch": info.num_envs * run.num_processes,
         "learner_params_digest": params_digest(state.params),
         "actor_params_digest": params_digest(actor_params),

@@ -38,6 +38,9 @@ class Plan:
     num_processes: int  # multi-host: processes in the run
     process_id: int
     local_devices: int  # the learner's batch axis is sharded over these (x num_processes)
+    # Index in jax.local_devices() of the learner's first device: 1 where --actor-device cpu-apart keeps
+    # the host CPU's device 0 for the actor (first_learner_device), else 0.
+    first_learner_device: int
     steps_per_update: int  # agent steps per update over all processes: num_envs x rollout_length x processes
     num_updates: int
 
@@ -235,8 +238,11 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
     n_proc = jax.process_count() if num_processes is None else num_processes
     pid = jax.process_index() if process_id is None else process_id
     n_dev = jax.local_device_count() if local_devices is None else local_devices
+    first = first_learner_device(cfg, n_dev, backend)
+    n_dev -= first
     if info.num_envs % n_dev:
-        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices")
+        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices"
+                          + (" of the learner (cpu:0 is the actor's)" if first else ""))
     if info.num_envs % (n_dev * cfg.minibatches):
         raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
                           f"x {n_dev} devices = {n_dev * cfg.minibatches}")
@@ -264,8 +270,26 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
         if n_proc > 1:
             check_multi_host(cfg, loop)
     return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
-                num_processes=n_proc, process_id=pid, local_devices=n_dev, steps_per_update=steps_per_update,
-                num_updates=num_updates)
+                num_processes=n_proc, process_id=pid, local_devices=n_dev, first_learner_device=first,
+                steps_per_update=steps_per_update, num_updates=num_updates)
+
+
+def first_learner_device(cfg: Config, local_devices: int, backend: str | None = None) -> int:
+    """Index in ``jax.local_devices()`` of the learner's first device: 1 for ``--actor-device cpu-apart``
+    where the learner's devices are the host CPU's own (``backend``, default JAX's, is ``"cpu"``): the actor
+    takes device 0, the learner's mesh the other ``local_devices - 1``. Else 0: the learner uses every
+    local device (on a GPU/TPU machine the actor's host CPU is not among them anyway).
+
+    Raises:
+      ConfigError: ``--actor-device cpu-apart`` on XLA:CPU with fewer than 2 local devices.
+    """
+    if cfg.actor_device != "cpu-apart" or (backend or jax.default_backend()) != "cpu":
+        return 0
+    if local_devices < 2:
+        raise ConfigError(f"bad --actor-device cpu-apart on {local_devices} CPU device: it keeps cpu:0 for the actor "
+                          "and the learner needs at least one other; set "
+                          "XLA_FLAGS=--xla_force_host_platform_device_count=N with N >= 2, or use --actor-device cpu")
+    return 1
 
 
 def _family_name(spec: networks.NetworkSpec) -> str:

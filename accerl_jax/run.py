@@ -259,8 +259,9 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
     optimizer_steps = num_updates * loss_cfg.optimizer_steps
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
-    # The learner's mesh: all devices of all processes (one process: its local devices).
-    mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else None)
+    # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
+    # --actor-device cpu-apart on XLA:CPU, where the actor runs).
+    mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
     make_update = functools.partial(
         learner_lib.make_update, loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
         learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))

@@ -113,7 +113,9 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
         env = make_env(cfg.env, num_envs or cfg.num_envs, seed)
     except Exception as err:  # ValueError from the adapters; envpool may raise others for a missing task
         raise ConfigError(f"bad {WHAT} {run_dir!r}: its env {cfg.env!r} cannot be built here ({err})") from None
-    plan = plan_lib.make_plan(cfg, dataclasses.replace(env.info, num_envs=cfg.num_envs), loop,
+    # The network only: the training machine's device layout (--actor-device cpu-apart) does not apply here.
+    plan = plan_lib.make_plan(dataclasses.replace(cfg, actor_device="cpu"),
+                              dataclasses.replace(env.info, num_envs=cfg.num_envs), loop,
                               num_processes=1, process_id=0, local_devices=1)
     spec = plan.spec
     learner_apply = networks.make_apply(spec)

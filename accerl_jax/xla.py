@@ -15,27 +15,39 @@ NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
 CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
 
 
-def options_for(family: str):
-    """Compiler options for a network ``family`` (``"mlp"``/``"cnn"``) on the default backend, or None."""
-    return NO_YNN if family == "cnn" and jax.default_backend() == "cpu" else None
+def options_for(family: str, platform: str | None = None):
+    """Compiler options for a network ``family`` (``"mlp"``/``"cnn"``) on ``platform`` (default: JAX's
+    default backend), or None."""
+    return NO_YNN if family == "cnn" and (platform or jax.default_backend()) == "cpu" else None
+
+
+def _platform(leaves) -> str:
+    """The platform a jitted call on ``leaves`` runs on: that of its first committed array, else the
+    default backend (uncommitted arrays follow the computation)."""
+    for x in leaves:
+        if isinstance(x, jax.Array) and x.committed:
+            return next(iter(x.devices())).platform
+    return jax.default_backend()
 
 
 def jit(fn, family: str, **kwargs):
-    """``jax.jit(fn, **kwargs)`` with :func:`options_for` ``(family)`` as compiler options.
+    """``jax.jit(fn, **kwargs)`` with :func:`options_for` ``(family, platform)`` as compiler options, the
+    platform being where the call runs (a CPU actor beside a GPU learner gets the CPU's options).
 
     JAX accepts compiler options only on a top-level jit: called inside another traced function (the
     guarded update, the Anakin loop's program), the result runs as a plain nested jit, and the outer
     program's options apply.
     """
-    options = options_for(family)
-    if options is None:
+    if family != "cnn":  # options_for gives other families none on any platform
         return jax.jit(fn, **kwargs)
-    top, nested = jax.jit(fn, compiler_options=options, **kwargs), jax.jit(fn, **kwargs)
+    plain, cpu = jax.jit(fn, **kwargs), jax.jit(fn, compiler_options=NO_YNN, **kwargs)
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        inside = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kw)))
-        return (nested if inside else top)(*args, **kw)
+        leaves = jax.tree.leaves((args, kw))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return plain(*args, **kw)
+        return (cpu if _platform(leaves) == "cpu" else plain)(*args, **kw)
 
     return call
 

@@ -243,3 +243,17 @@ def test_family_jit_nests_inside_another_jit():
     outer = xla.jit(lambda x: inner(x) + 1.0, "cnn")
     assert float(outer(jnp.float32(3.0))) == 7.0 and float(inner(jnp.float32(3.0))) == 6.0
     assert float(jax.jit(lambda x: inner(x))(jnp.float32(1.0))) == 2.0
+
+
+def test_family_options_follow_the_platform_a_call_runs_on():
+    """A conv net's CPU options go with calls on the host CPU (a CPU actor beside a GPU learner gets them),
+    not with the default backend; uncommitted arguments follow the default backend."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax import xla
+
+    assert xla.options_for("cnn", "cpu") == xla.NO_YNN and xla.options_for("cnn", "gpu") is None
+    assert xla.options_for("mlp", "cpu") is None
+    on_cpu = jax.device_put(jnp.ones(2), jax.devices("cpu")[0])
+    assert xla._platform([1.0, on_cpu]) == "cpu" and xla._platform([jnp.ones(2)]) == jax.default_backend()

@@ -61,3 +61,34 @@ def test_results_page_shows_both_runs_and_one_value_when_equal(tmp_path):
             '"wall_time_s": 20.0, "process_time_s": 25.0, "steps_per_s": 40000}]}' % value)
     text = rp.page(str(tmp_path))
     assert "| 0 | 500.0 / 437.5 | 20.0 | 25.0 | 40,000 |" in text
+
+
+def test_device_check_refuses_gpu_when_jax_sees_none(tmp_path, capsys):
+    """``--device gpu`` (the default) on a machine without a GPU: exit 2, one line naming what JAX sees, no file."""
+    import pytest
+
+    out = tmp_path / "dc.json"
+    with pytest.raises(SystemExit) as exit_:
+        _script("device_check").main(["--out", str(out)])
+    assert exit_.value.code == 2 and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--device gpu, but JAX sees no GPU (backend 'cpu'" in err
+
+
+def test_device_check_quick_writes_one_json_with_each_part_in_its_own_budget(tmp_path):
+    """The CPU smoke mode: the main job's part finishes (its numbers in the JSON); a part that runs out of
+    its own budget is stopped and recorded as timed out, without results, and the JSON is still written."""
+    out = tmp_path / "dc.json"
+    got = _script("device_check").main(["--device", "cpu", "--quick", "--parts", "main_job", "sebulba",
+                                        "--budget-main-job", "600", "--budget-sebulba", "2", "--out", str(out)])
+    import json
+
+    assert json.loads(out.read_text()) == json.loads(json.dumps(got))
+    assert got["backend"] == "cpu" and got["jax"] and got["git_revision"] and got["devices"] == ["cpu:0"]
+    main, seb = got["parts"]["main_job"], got["parts"]["sebulba"]
+    assert main["returncode"] == 0 and not main["timed_out"], main["output_tail"]
+    r = main["result"]
+    assert r["total_env_steps"] == 1024 and r["steps_per_s"] > 0 and r["wall_time_s"] > 0 and r["stopped"] is None
+    assert isinstance(main["load_average_1min_before"], float) and main["command"][1:3] == ["-m", "accerl_jax.train"]
+    assert seb["timed_out"] and seb["result"] is None and seb["returncode"] is None and seb["wall_s"] < 30
+    assert "actor_bound.py" in " ".join(seb["command"]) and "actor_time" not in got["parts"]

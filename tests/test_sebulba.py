@@ -187,7 +187,8 @@ def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
         (dict(env="envpool:CartPole-v1", num_envs=6, actor_threads=4), "bad --num-envs 6: must be a multiple of --actor-threads 4"),
         (dict(env="envpool:CartPole-v1", num_envs=8, actor_threads=2, actor_batch=5), "bad --actor-batch 5: at most the 4"),
         (dict(env="envpool:CartPole-v1", policy_lag=1), "bad --policy-lag 1 with --loop sebulba"),
-        (dict(env="envpool:CartPole-v1", actor_device="tpu9"), "bad --actor-device 'tpu9'; expected 'cpu' or 'learner'"),
+        (dict(env="envpool:CartPole-v1", actor_device="tpu9"), "bad --actor-device 'tpu9'; expected 'cpu', 'learner' or 'cpu-apart'"),
+        (dict(env="envpool:CartPole-v1", actor_device="cpu-apart"), "bad --actor-device cpu-apart on 1 CPU device"),
         (dict(env="envpool:CartPole-v1", queue_size=0), "bad --queue-size 0"),
     ]
     for kw, message in bad:

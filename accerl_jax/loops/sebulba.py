@@ -3,8 +3,12 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
 
 * ``--actor-threads`` actor threads (:class:`accerl_jax.async_actor.AsyncActor`), each stepping its own
   envpool in async mode (``recv``/``send`` of ``--actor-batch`` environments) and running the compressed
-  policy on ``--actor-device``; each rollout is copied to the learner's devices (sharded over the batch
+  policy on ``--actor-device`` (``cpu``/``cpu-apart``: the host's ``cpu:0``; ``learner``: the learner's
+  first device); each rollout is copied to the learner's devices (``run.mesh``, sharded over the batch
   axis) and put, with the policy version that produced it, into a bounded queue (``--queue-size``).
+  With ``cpu-apart`` on XLA:CPU the learner's mesh leaves ``cpu:0`` out
+  (:func:`accerl_jax.plan.first_learner_device`), so actor and learner hold their arrays apart as they
+  do beside a GPU learner.
 * the learner, in the calling thread (where signals arrive): takes one rollout per actor thread, applies
   the guarded update (:class:`accerl_jax.guard.UpdateGuard`), records the policy lag in versions
   (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
@@ -69,8 +73,8 @@ class SebulbaStepper:
         update = run.update if run.teacher_update is None else run.teacher_update
         self.guard = UpdateGuard(update, cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
-        mesh = learner_lib.make_mesh()
-        self.actor_device = jax.devices("cpu")[0] if cfg.actor_device == "cpu" else mesh.devices.flat[0]
+        mesh = run.mesh  # with --actor-device cpu-apart on XLA:CPU, every local device but cpu:0
+        self.actor_device = mesh.devices.flat[0] if cfg.actor_device == "learner" else jax.devices("cpu")[0]
         self.threads_n, self.per_thread, self.batch = cfg.actor_threads, cfg.num_envs // cfg.actor_threads, actor_batch(cfg)
         self.rollout_sharding = (NamedSharding(mesh, P(None, learner_lib.AXIS))
                                  if self.per_thread % mesh.devices.size == 0 else mesh.devices.flat[0])
@@ -90,8 +94,8 @@ class SebulbaStepper:
             state, base_key = run.state, run.k_actor
             # The first observations calibrate int8's activation ranges.
             _, first_obs = run.env.reset()
-            with run.monitor.time("compress"):
-                actor_params, comp_state = run.compressor.init(run.params, run.k_comp, jnp.asarray(first_obs))
+            with run.monitor.time("compress"):  # on the learner's devices, where its parameters live
+                actor_params, comp_state = run.compressor.init(state.params, run.k_comp, jnp.asarray(first_obs))
                 jax.block_until_ready(actor_params)
         else:
             state, lagged, comp_state, base_key = run.restored
