@@ -42,6 +42,12 @@ class Episodes(NamedTuple):
     finished: np.ndarray  # [N, B] bool, an episode ended at this step
     episode_length: np.ndarray  # [N, B] int32, its length in agent steps
 
+    @classmethod
+    def of_rollout(cls, rollout) -> "Episodes":
+        """The episodes that ended in a ``[T, B]`` rollout (terminated or truncated, at valid steps)."""
+        finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
+        return cls(np.asarray(rollout.episode_return), finished, np.asarray(rollout.episode_length))
+
 
 class Bad(NamedTuple):
     """A non-finite update under ``--on-nan stop``."""

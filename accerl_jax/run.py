@@ -368,6 +368,16 @@ def tensorboard_purge_step(monitor_state: dict | None) -> int | None:
     return None if monitor_state is None else int(monitor_state["env_steps"]) + 1
 
 
+def teacher_kwargs(outputs: list, rows: int) -> dict:
+    """``compress``'s ``teacher`` keyword from what the update returned after its metrics (``[]``, or the
+    learner's outputs at the rollout's ``[T, B]`` observations: :attr:`Run.teacher_update`):
+    ``{"teacher": (policy outputs [rows, ...], values [rows])}`` with ``rows = T * B``, or ``{}``."""
+    if not outputs:
+        return {}
+    flat = lambda x: x.reshape((rows,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
+    return {"teacher": (flat(outputs[0].policy_out), flat(outputs[0].value))}
+
+
 def policy_versions(completed: int, count: int, compress_every: int) -> list[int]:
     """Policy versions of the last ``count`` compressed parameter sets after ``completed`` updates, oldest
     first: the set made after update ``u`` was compressed after update ``(u // compress_every) *

@@ -45,14 +45,14 @@ def _layouts_main(folder: str, apart: bool = False) -> None:
 
     sequential, params = _train(os.path.join(folder, "sequential"), loop="sequential")
     specs: list = []
-    real = sebulba.SebulbaStepper._take
+    real = sebulba.take
 
-    def take(self):  # records where each rollout the learner takes lives
-        item = real(self)
+    def take(*args):  # records where each rollout the learner takes lives
+        item = real(*args)
         specs.extend({tuple(x.sharding.spec) for x in jax.tree.leaves(item[0])})
         return item
 
-    sebulba.SebulbaStepper._take = take
+    sebulba.take = take
     seb, _ = _train(os.path.join(folder, "sebulba"), env="envpool:CartPole-v1", loop="sebulba")
     apart = _apart_main(os.path.join(folder, "apart")) if apart else None
     print("RESULT " + json.dumps({"sequential": sequential, "params": params, "sebulba": seb,
@@ -85,7 +85,14 @@ def _apart_main(logdir: str) -> dict:
         setattr(cls, name, wrapped)
 
     spy(sebulba.SebulbaStepper, "_to_actor", "actor_params", lambda self, args, out: out)
-    spy(sebulba.SebulbaStepper, "_take", "rollout", lambda self, args, out: out[0])
+    real_take = sebulba.take
+
+    def take(*args):  # the rollouts the learner takes
+        item = real_take(*args)
+        record("rollout", item[0])
+        return item
+
+    sebulba.take = take
     spy(sebulba.SebulbaStepper, "_snapshot", "learner_and_compressor",
         lambda self, args, out: (out.learner, out.actor_params, out.compressor))
     spy(HostActor, "act", "actions", lambda self, args, out: out)

@@ -13,9 +13,9 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
   the guarded update (:class:`accerl_jax.guard.UpdateGuard`), records the policy lag in versions
   (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
   parameters to
-* the compressor thread, which compresses the newest learner parameters it has been given (older ones
-  are skipped) and publishes them to the actors; so compression overlaps acting and learning. With
-  ``--compressor auto`` it also takes auto's decisions (:meth:`~accerl_jax.compressor.auto.AutoCompressor.adapt`).
+* the compressor thread (:func:`~accerl_jax.loops.sebulba_compress.compress_loop`), which compresses
+  the newest learner parameters it has been given (older ones are skipped), takes ``--compressor auto``'s
+  decisions, and publishes the policy to the actors; so compression overlaps acting and learning.
 
 A worker thread that raises stops the run within ~:data:`POLL_S`: the stepper re-raises the worker's own
 exception, and the driver saves the last completed update. Host environments restart on ``--resume``.
@@ -29,6 +29,7 @@ the update in flight.
 """
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -46,8 +47,9 @@ from accerl_jax.config import Config
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv, envpool_seed
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, feed, thread
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run
+from accerl_jax.loops.sebulba_compress import compress_loop
+from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
+from accerl_jax.run import DIVERGENCE_SAMPLES, Run, teacher_kwargs
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
 JOIN_S = 10.0  # how long the learner waits for a stopping worker thread
@@ -108,7 +110,10 @@ class SebulbaStepper:
         self.learner_box = Latest(None, start)  # (learner params, observations) to compress
         self.workers = [thread(f"accerl-actor-{i}", self._actor_body(i), self.failure, self.stopping)
                         for i in range(self.threads_n)]
-        self.workers.append(thread("accerl-compress", self._compress_body, self.failure, self.stopping))
+        compress = functools.partial(compress_loop, run, self.learner_box, self.comp_box, self.actor_box,
+                                     self._to_actor, self.stopping, self.clock, self.refresh_logs, self.decisions,
+                                     POLL_S)
+        self.workers.append(thread("accerl-compress", compress, self.failure, self.stopping))
 
     def _to_actor(self, params):
         return jax.device_put(params, self.actor_device)
@@ -128,55 +133,10 @@ class SebulbaStepper:
 
         return body
 
-    def _compress_body(self) -> None:
-        run = self.run
-        (params, comp_state), seen = self.comp_box.item
-        refreshes = 0
-        while not self.stopping.is_set():
-            item = self.learner_box.wait_newer(seen, POLL_S)
-            if item is None:
-                continue
-            (learner_params, obs, teacher, rollout, rho_params), version = item
-            start = time.perf_counter()
-            new, comp_state = run.compressor.compress(learner_params, comp_state, obs, **teacher)
-            if run.plan.auto:  # may evaluate its candidates and switch (counted as compression)
-                new, comp_state, decision = run.compressor.adapt(version, learner_params, comp_state, new, rollout,
-                                                                 rho_params=rho_params, since=seen)
-                if decision is not None:
-                    self.decisions.append(decision)
-            jax.block_until_ready(new)
-            self.clock.add("compress", time.perf_counter() - start)
-            seen, previous, params = version, params, new
-            if new is not previous:  # a refreshed policy: the actors get it with its version
-                refreshes += 1
-                if refreshes % run.cfg.log_every == 0:
-                    held = obs[:REFRESH_SAMPLES]
-                    self.refresh_logs.append((version, run.divergence(run.learner_logits(learner_params, held),
-                                                                      run.actor_logits(new, held))))
-                self.actor_box.publish(self._to_actor(new), version)
-            self.comp_box.publish((new, comp_state), version)
-
-    def _take(self):
-        """One queue item; raises WorkerFailed as soon as a worker has failed."""
-        start = time.perf_counter()
-        while True:
-            if self.failure.error is not None:
-                raise WorkerFailed
-            try:
-                item = self.rollouts.get(timeout=POLL_S)
-                break
-            except queue.Empty:
-                continue
-        self.run.monitor.add_time("queue_wait", time.perf_counter() - start)
-        return item
-
     def _wait_for_compression(self, version: int) -> None:
         """Wait until the compressor has processed ``version``."""
         start = time.perf_counter()
-        while self.comp_box.item[1] < version:
-            if self.failure.error is not None:
-                raise WorkerFailed
-            self.comp_box.wait_newer(version - 1, POLL_S)
+        wait_for_version(self.comp_box, version, self.failure, POLL_S)
         self.compress_wait.add("wait", time.perf_counter() - start)
 
     def _snapshot(self) -> checkpoint.TrainState:
@@ -210,7 +170,8 @@ class SebulbaStepper:
         for it in range(run.start_update + 1, run.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
-            items = [self._take() for _ in range(self.threads_n)]
+            with monitor.time("queue_wait"):  # one rollout per actor thread
+                items = [take(self.rollouts, self.failure, POLL_S) for _ in range(self.threads_n)]
             parts = [item[0] for item in items]
             rollout = parts[0] if self.threads_n == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
             self.rollout = rollout
@@ -226,15 +187,12 @@ class SebulbaStepper:
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
             obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
-            flat = lambda x: x.reshape((obs.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
-            teacher = {"teacher": (flat(outputs[0].policy_out), flat(outputs[0].value))} if outputs else {}
-            self.learner_box.publish((self.state.params, obs, teacher, rollout, rho_params), it)
+            self.learner_box.publish((self.state.params, obs, teacher_kwargs(outputs, obs.shape[0]), rollout,
+                                      rho_params), it)
             self._drain()
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
-            finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
-            episodes = Episodes(np.asarray(rollout.episode_return), finished, np.asarray(rollout.episode_length))
             completed = it
-            yield Step(it, 1, [metrics], [episodes], None if bad is not None else self._snapshot(),
+            yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
                        Bad(bad, it, 0) if bad is not None else None)
             if bad is not None:
                 return

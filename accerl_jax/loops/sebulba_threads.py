@@ -63,6 +63,24 @@ class WorkerFailed(Exception):
     """Raised in the learner when a worker thread has failed (its error is in ``Failure``)."""
 
 
+def take(q: queue.Queue, failure: Failure, poll_s: float):
+    """The next item of ``q`` (waiting for it); raises :class:`WorkerFailed` as soon as a thread has failed."""
+    while failure.error is None:
+        try:
+            return q.get(timeout=poll_s)
+        except queue.Empty:
+            continue
+    raise WorkerFailed
+
+
+def wait_for_version(box: Latest, version: int, failure: Failure, poll_s: float) -> None:
+    """Wait until ``box`` holds ``version`` or newer; raises :class:`WorkerFailed` as soon as a thread has failed."""
+    while box.item[1] < version:
+        if failure.error is not None:
+            raise WorkerFailed
+        box.wait_newer(version - 1, poll_s)
+
+
 def thread(name: str, body: Callable[[], None], failure: Failure, stopping: threading.Event) -> threading.Thread:
     def target():
         try:
@@ -72,8 +90,6 @@ def thread(name: str, body: Callable[[], None], failure: Failure, stopping: thre
             stopping.set()
 
     return threading.Thread(target=target, name=name, daemon=True)
-
-
 
 
 def feed(rollouts: Iterable, sharding, out: queue.Queue, stopping: threading.Event, clock: Clock, put_wait: Clock,

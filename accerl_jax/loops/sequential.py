@@ -17,7 +17,7 @@ import numpy as np
 from accerl_jax import checkpoint
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions
+from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, teacher_kwargs
 
 
 class SequentialStepper:
@@ -86,10 +86,7 @@ class SequentialStepper:
             metrics["policy_lag_versions"] = self.lag
             obs_global = self._global_obs(rollout.obs)
             obs_flat = jnp.reshape(obs_global, (-1,) + tuple(run.info.obs_shape))
-            teacher = {}
-            if outputs:
-                flat = lambda x: x.reshape((obs_flat.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
-                teacher["teacher"] = (flat(outputs[0].policy_out), flat(outputs[0].value))
+            teacher = teacher_kwargs(outputs, obs_flat.shape[0])
             previous = self.actor_params
             if it % cfg.compress_every == 0:
                 with monitor.time("compress"):
@@ -114,9 +111,7 @@ class SequentialStepper:
                 held = obs_flat[:REFRESH_SAMPLES]
                 monitor.log_refresh(it, run.divergence(run.learner_logits(self.state.params, held),
                                                        run.actor_logits(self.actor_params, held)))
-            finished = np.asarray((rollout.terminated | rollout.truncated) & rollout.valid)
-            episodes = Episodes(np.asarray(rollout.episode_return), finished, np.asarray(rollout.episode_length))
-            yield Step(it, 1, [metrics], [episodes], None if bad is not None else self._snapshot(),
+            yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
                        Bad(bad, it, 0) if bad is not None else None)
 
     def _global_obs(self, obs) -> jax.Array:

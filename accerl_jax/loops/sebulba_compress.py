@@ -1,0 +1,54 @@
+"""The Sebulba stepper's compressor thread: it compresses the newest learner parameters it is given
+(older ones are skipped), takes ``--compressor auto``'s decisions, and publishes each refreshed policy,
+with its version, to the actor threads."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import jax
+
+from accerl_jax.loops.sebulba_threads import Clock, Latest
+from accerl_jax.run import REFRESH_SAMPLES, Run
+
+
+def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: Latest, to_actor: Callable,
+                  stopping: threading.Event, clock: Clock, refresh_logs: list, decisions: list,
+                  poll_s: float) -> None:
+    """Run until ``stopping`` is set.
+
+    Args:
+      learner_box: ``((learner params, obs [T * B, ...], teacher keyword, rollout, ρ params), version)``
+        from the learner, ``version`` = updates completed.
+      comp_box: ``((actor params, compressor state), version)`` on the learner's devices; read at start,
+        published after each compression.
+      actor_box: the actors' copy (``to_actor(actor params)``), published when the policy changed.
+      clock: gets the ``compress`` seconds; ``refresh_logs`` ``(version, divergence)`` of every
+        ``--log-every``-th refresh; ``decisions`` auto's decisions (the learner hands both to the Monitor).
+    """
+    (params, comp_state), seen = comp_box.item
+    refreshes = 0
+    while not stopping.is_set():
+        item = learner_box.wait_newer(seen, poll_s)
+        if item is None:
+            continue
+        (learner_params, obs, teacher, rollout, rho_params), version = item
+        start = time.perf_counter()
+        new, comp_state = run.compressor.compress(learner_params, comp_state, obs, **teacher)
+        if run.plan.auto:  # may evaluate its candidates and switch (counted as compression)
+            new, comp_state, decision = run.compressor.adapt(version, learner_params, comp_state, new, rollout,
+                                                             rho_params=rho_params, since=seen)
+            if decision is not None:
+                decisions.append(decision)
+        jax.block_until_ready(new)
+        clock.add("compress", time.perf_counter() - start)
+        seen, previous, params = version, params, new
+        if new is not previous:  # a refreshed policy: the actors get it with its version
+            refreshes += 1
+            if refreshes % run.cfg.log_every == 0:
+                held = obs[:REFRESH_SAMPLES]
+                refresh_logs.append((version, run.divergence(run.learner_logits(learner_params, held),
+                                                             run.actor_logits(new, held))))
+            actor_box.publish(to_actor(new), version)
+        comp_box.publish((new, comp_state), version)
