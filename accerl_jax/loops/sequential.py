@@ -17,6 +17,7 @@ import numpy as np
 from accerl_jax import checkpoint
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import UpdateGuard
+from accerl_jax.loops import pieces
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions
 
 
@@ -158,7 +159,12 @@ class SequentialStepper:
         return out
 
     def cost_split(self) -> dict:
-        return {}  # its stages are timed apart while training
+        """The FLOPs of each piece of an update (:func:`accerl_jax.loops.pieces.cost_split`; its seconds are
+        the stage times measured while training), or {} where the pieces cannot be split."""
+        run = self.run
+        if not pieces.has_pieces(run) or self.rollout is None:
+            return {}
+        return pieces.cost_split(run, self.state, self.lagged[0], self.comp_state, self.carry, timed=False)
 
     def close(self) -> None:
         pass
