@@ -159,12 +159,13 @@ class SequentialStepper:
         return out
 
     def cost_split(self) -> dict:
-        """The FLOPs of each piece of an update (:func:`accerl_jax.loops.pieces.cost_split`; its seconds are
-        the stage times measured while training), or {} where the pieces cannot be split."""
+        """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) at
+        the final state: FLOPs always, seconds of each piece alone with ``--cost-split`` (the stage times
+        measured while training are in the summary either way); {} where the pieces cannot be split."""
         run = self.run
         if not pieces.has_pieces(run) or self.rollout is None:
             return {}
-        return pieces.cost_split(run, self.state, self.lagged[0], self.comp_state, self.carry, timed=False)
+        return pieces.cost_split(run, self.state, self.lagged[0], self.comp_state, self.carry, timed=run.cfg.cost_split)
 
     def close(self) -> None:
         pass
