@@ -191,9 +191,8 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
     fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **flags))
     staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **flags))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
-    # Every run counts its pieces' FLOPs (only --cost-split times them): the same pieces in both loops.
-    assert not staged["cost_split"]["timed"] and staged["cost_split"]["ceiling_source"] == "flops"
-    assert staged["cost_split"]["flops"] == fused["cost_split"]["flops"]
+    # Host (envpool) envs: the rollout is not a piece that can be lowered alone, so no cost split.
+    assert fused["cost_split"] is None and staged["cost_split"] is None
     assert fused["episodes"] >= 4  # 32 steps per env: every env finished an episode and reset
     for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
         assert fused[key] == staged[key], key
