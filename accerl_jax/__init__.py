@@ -6,4 +6,7 @@ Corrector (:mod:`accerl_jax.corrector`), Learner (:mod:`accerl_jax.learner`), Mo
 :mod:`accerl_jax.train`.
 """
 
+import time as _time
+
 __version__ = "0.1.0"
+IMPORTED_AT = _time.perf_counter()  # accerl_jax.clock.process_age's origin where /proc is missing

@@ -155,10 +155,10 @@ class Config:
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has
     none to spare); experiments/distill_overlap.py measures it on the machine at hand."""
     cost_split: bool = False
-    """After training, time each compiled piece of an Anakin update alone (rollout with the acting and with
-    the learner's policy, learner update, compression) and report the actor's share and the ceiling on
-    what actor compression can save (summary.json cost_split); off by default: compiling the pieces
-    costs a few seconds."""
+    """After training, also compile and time each piece of an update alone (rollout with the acting and with
+    the learner's policy, learner update, compression) and report the timed actor's share and ceiling on
+    what actor compression can save (summary.json cost_split); every gymnax run counts the pieces' FLOPs
+    (XLA's cost analysis, nothing compiled). Off by default: compiling four more programs costs seconds."""
     log_every: int = 10
     """Write metrics every this many learner updates; KL(π_learner ‖ π_actor) and agreement of a freshly
     compressed actor policy (TensorBoard refresh/*) every this many refreshes of it."""

@@ -27,7 +27,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, networks, speed
+from accerl_jax import checkpoint, clock, networks, speed
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
@@ -100,8 +100,9 @@ class Stepper(Protocol):
         """Loop-specific summary fields (``loop``, per-stage times, ...)."""
 
     def cost_split(self) -> dict:
-        """The per-update cost split of a loop whose stages are not timed apart while training
-        (:func:`accerl_jax.cost.amdahl`, measured after training), or {}."""
+        """The per-update cost split of the loop's pieces, measured after training
+        (:func:`accerl_jax.loops.pieces.cost_split`: FLOPs always, seconds with ``--cost-split``), or {}
+        where they cannot be split."""
 
     def close(self) -> None:
         """Release what the stepper holds (threads); called once, also after an exception."""
@@ -133,10 +134,14 @@ class Driver:
       run: the built run (:func:`accerl_jax.run.setup`).
       stop: the signal handler of this training call.
       claimed: the new run's folder while it holds no finished update (emptied at the first one).
+      entered_s: :func:`accerl_jax.clock.process_age` when the training call began (None: now), so that
+        the summary splits the start-up into what ran before it (interpreter, imports, parsing) and after.
     """
 
-    def __init__(self, run: Run, stop: StopSignals, claimed: list[str]):
+    def __init__(self, run: Run, stop: StopSignals, claimed: list[str], entered_s: float | None = None):
         self.run, self.stop, self.claimed = run, stop, claimed
+        self.entered_s = clock.process_age() if entered_s is None else entered_s
+        self.startup_s: Optional[float] = None  # process age when this session's first update finished
         self.monitors = seed_monitors(run)
         self.completed = self.logged = run.start_update
         self.snapshot: Optional[checkpoint.TrainState] = None
@@ -202,6 +207,8 @@ class Driver:
 
     def _take(self, step: Step) -> None:
         run = self.run
+        if self.startup_s is None:
+            self.startup_s = clock.process_age()
         for k, m in enumerate(self.monitors):
             e = step.episodes[k]
             steps = step.updates * run.steps_per_update
@@ -284,6 +291,12 @@ class Driver:
                 m.discard()
             run.monitor.discard()
 
+    def _startup(self) -> dict:
+        """This session's start-up: process start to its first update (Anakin: its first chunk), and the
+        part of it before the training call."""
+        return {"startup_s": self.startup_s, "startup_before_train_s": self.entered_s,
+                "startup_scope": STARTUP_SCOPE}
+
     def _finish(self, trained: dict | None) -> dict:
         """Save and log the last update, measure the policy speed, close, and write the summary."""
         run, stepper = self.run, self.stepper
@@ -296,7 +309,10 @@ class Driver:
             f0 = final[0]
             measure = self.stopped is None and run.writer and f0.obs is not None
             report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
-            report["cost_split"] = (stepper.cost_split() if measure and run.cfg.cost_split else {}) or None
+            start = time.perf_counter()
+            report["cost_split"] = (stepper.cost_split() if measure else {}) or None
+            if report["cost_split"] is not None:
+                report["cost_split"]["measure_s"] = time.perf_counter() - start
         except KeyboardInterrupt:  # Ctrl-C during the final measurements: still summarise what ran
             self.stopped = "interrupted"
             report = unmeasured_speed(run)
@@ -309,7 +325,7 @@ class Driver:
         skipped = stepper.extra().get("skipped_updates", 0)
         skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
         common = dict(completed=self.completed, stopped=self.stopped, stop_reason=self.stop_reason,
-                      exit_signal=self.stop.requested, speed_report=report, **fields)
+                      exit_signal=self.stop.requested, speed_report=report, **self._startup(), **fields)
         if len(self.monitors) == 1:
             return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
                              skipped_updates=skipped[0], **common)
@@ -358,6 +374,10 @@ def unmeasured_speed(run: Run) -> dict:
             "forward_batch": run.info.num_envs, "cost_split": None}
 
 
+# What the summary's startup_s covers.
+STARTUP_SCOPE = ("process start to the end of this session's first update (the Anakin loop: its first chunk of "
+                 "updates): interpreter, imports, setup, compilation; startup_before_train_s: the part before "
+                 "the training call (interpreter, imports, argument parsing)")
 # What the summary's wall_time_s (the denominator of its steps/s) covers.
 WHOLE_RUN = "the whole run: setup, compilation, training and the final measurements, of every session if resumed"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from accerl_jax import checkpoint, distributed
+from accerl_jax import checkpoint, clock, distributed
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.driver import Driver
 from accerl_jax.loops import STEPPERS
@@ -36,6 +36,7 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
       accerl_jax.signals.Interrupted: a signal before the first update of this session finished (a new
         run's folder is freed; a resumed run's checkpoints are untouched).
     """
+    entered = clock.process_age()  # the start-up before this call (interpreter, imports, parsing)
     claimed: list[str] = []  # the new run's folder while it holds no finished update
     # Multi-host: join first (the CLI already has, before importing this module: gymnax touches devices).
     vote = distributed.SetupVote(cfg) if distributed.join(cfg) is not None else None
@@ -47,7 +48,7 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
                 if vote is not None:  # the other processes stop with it, before writing anything
                     vote.refuse(str(err))
                 raise
-            summary = Driver(run, stop, claimed).drive(STEPPERS[run.plan.loop](run), trained)
+            summary = Driver(run, stop, claimed, entered).drive(STEPPERS[run.plan.loop](run), trained)
             if not run.writer:  # multi-host processes other than 0 keep no files
                 shutil.rmtree(run.logdir, ignore_errors=True)
                 summary["logdir"] = None

@@ -516,6 +516,9 @@ def print_summary(summary: dict) -> None:
     def share(x):
         return f"{100 * x / wall:.0f}%" if wall > 0 else ""
 
+    def seconds(x):  # a stage that took time never reads "0.0 s"
+        return f"{x:.1f} s" if x >= 1 or x == 0 else f"{x:.3g} s"
+
     ret, seeds = summary["final_return_mean"], summary.get("num_seeds", 1)
     if summary.get("stopped"):
         table.add_row("[bold red]stopped early", summary["stopped"], "")
@@ -544,29 +547,41 @@ def print_summary(summary: dict) -> None:
     else:
         table.add_row("steps/s (whole run incl. compile)", f"{summary['steps_per_s']:,.0f}", "")
     table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
-    if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart
+    if summary.get("startup_s") is not None:
+        table.add_row("start-up: process start to first update (imports, setup, compile)",
+                      f"{summary['startup_s']:.1f} s", "")
+        table.add_row("  of which before training (interpreter, imports, parsing)",
+                      f"{summary['startup_before_train_s']:.1f} s", "")
+    split = summary.get("cost_split") or {}
+    if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart while training
         fused = summary["fused_wait_s"]
-        table.add_row("fused program (actor+learner+compression)", f"{fused:.1f} s",
-                      share(fused))
+        table.add_row("fused program (actor+learner+compression)", seconds(fused), share(fused))
     else:
-        table.add_row("actor time", f"{summary['actor_time_s']:.1f} s", share(summary["actor_time_s"]))
-        table.add_row(f"  env stepping ({summary['env_time_source']})", f"{summary['env_time_s']:.1f} s",
+        table.add_row("actor time", seconds(summary["actor_time_s"]), share(summary["actor_time_s"]))
+        table.add_row(f"  env stepping ({summary['env_time_source']})", seconds(summary["env_time_s"]),
                       share(summary["env_time_s"]))
-        table.add_row("  policy inference", f"{summary['inference_time_s']:.1f} s", share(summary["inference_time_s"]))
-        table.add_row("learner time", f"{summary['learner_time_s']:.1f} s", share(summary["learner_time_s"]))
-        table.add_row("compression time", f"{summary['compress_time_s']:.1f} s", share(summary["compress_time_s"]))
+        table.add_row("  policy inference", seconds(summary["inference_time_s"]), share(summary["inference_time_s"]))
+        table.add_row("learner time", seconds(summary["learner_time_s"]), share(summary["learner_time_s"]))
+        table.add_row("compression time", seconds(summary["compress_time_s"]), share(summary["compress_time_s"]))
         if summary.get("distill_time_s"):
-            table.add_row("  of which distillation", f"{summary['distill_time_s']:.1f} s",
-                          share(summary["distill_time_s"]))
-    split = summary.get("cost_split")
-    if split:  # measured after training, each compiled piece alone (accerl_jax.cost)
+            table.add_row("  of which distillation", seconds(summary["distill_time_s"]), share(summary["distill_time_s"]))
+    if split.get("timed"):  # measured after training, each compiled piece alone (accerl_jax.loops.pieces)
         ms = lambda k: f"{1e3 * split[k]:.2f}"  # noqa: E731
-        table.add_row("per update, pieces alone: actor (uncompressed) / learner / compression",
+        table.add_row("per update, pieces timed alone: actor (uncompressed) / learner / compression",
                       f"{ms('actor_s_per_update')} ({ms('uncompressed_actor_s_per_update')}) / "
                       f"{ms('learner_s_per_update')} / {ms('compress_s_per_update')} ms", "")
-        table.add_row("actor share / ceiling of actor compression / this compressor's saving",
+        table.add_row("timed: actor share / ceiling of actor compression / this compressor's saving",
                       f"{100 * split['actor_share']:.0f}% / {100 * split['ceiling']:.0f}% / "
                       f"{100 * split['predicted_saving']:.0f}%", "")
+    if split.get("flops"):  # XLA's cost analysis of each piece (no compile)
+        f = split["flops"]
+        mf = lambda k: f"{f[k] / 1e6:.3g}"  # noqa: E731
+        table.add_row("per update, FLOPs (XLA cost analysis): actor (uncompressed) / learner / compression",
+                      f"{mf('actor_flops_per_update')} ({mf('uncompressed_actor_flops_per_update')}) / "
+                      f"{mf('learner_flops_per_update')} / {mf('compress_flops_per_update')} MFLOP", "")
+        table.add_row("FLOPs: actor share / ceiling of actor compression / this compressor's saving",
+                      f"{100 * f['actor_share']:.0f}% / {100 * f['ceiling']:.0f}% / {100 * f['predicted_saving']:.0f}%",
+                      "")
     speedup = summary["actor_policy_speedup"]
     table.add_row(
         f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",

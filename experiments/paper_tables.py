@@ -15,7 +15,10 @@ only with ``--with-pong``, actor-time table only), with the uncompressed baselin
    the last 100 episodes) reaches the target, the final return at the fixed step budget, and the whole
    run's wall time to its last update (compilation included; with ``--compile-cache``, the default of
    ``--quick``, only seed 0 of each method compiles), each with its reduction in % against the baseline; and whether
-   the method's mean final return is within the baseline's seed spread (≥ the lowest baseline seed).
+   the method's mean final return is within the baseline's seed spread (≥ the lowest baseline seed). Beside
+   each time-to-target reduction: the Amdahl ceiling from the runs' own ``summary.json`` cost split, the
+   most any actor compression can cut from an update of the loop (seed 0 times each piece of an update
+   alone after training, ``--cost-split``; the other seeds count their FLOPs).
 
 Targets: CartPole 475 and Acrobot −100 (gymnasium's reward thresholds); Breakout-MinAtar 5.0, chosen because
 the uncompressed learner reaches it on a 2-core CPU within the 200k-step budget (an untrained policy scores ~0.5),
@@ -143,8 +146,10 @@ def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool, 
     if method == "auto" and quick:
         extra = {"auto_candidates": QUICK_AUTO_CANDIDATES, "auto_every": 50}
     with tempfile.TemporaryDirectory() as tmp:
+        # Seed 0 also times each piece of an update alone after training (--cost-split; every run counts
+        # their FLOPs): the ceiling beside the reductions. Neither delays the rows a time to target is read from.
         cfg = Config(env=setup.env, compressor=method, total_steps=steps, seed=seed, log_every=5, progress=False,
-                     logdir=os.path.join(tmp, "run"), checkpoint_every=0, **setup.train, **extra)
+                     logdir=os.path.join(tmp, "run"), checkpoint_every=0, cost_split=seed == 0, **setup.train, **extra)
         final: dict = {}
         summary = train(cfg, trained=final if teacher_path else None)
         curve = read_curve(cfg.logdir)
@@ -163,6 +168,7 @@ def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool, 
         "actor_time_s": summary["actor_time_s"], "learner_time_s": summary["learner_time_s"],
         "compress_time_s": summary["compress_time_s"], "kl_learner_actor": summary["kl_learner_actor"],
         "actor_policy_speedup": summary["actor_policy_speedup"],
+        **ceiling_of(summary),
         "curve": curve[::keep] + ([curve[-1]] if curve and (len(curve) - 1) % keep else []),
     }
     if method == "auto":
@@ -176,11 +182,32 @@ def train_one(setup: EnvSetup, method: str, seed: int, steps: int, quick: bool, 
     return run
 
 
+def ceiling_of(summary: dict) -> dict:
+    """The run's own cost split (summary.json ``cost_split``): ``ceiling``, the largest fraction of an
+    uncompressed update that any actor compression can save in this loop, and ``ceiling_source``
+    (``"timed"``: each piece timed alone; ``"flops"``: XLA's FLOP counts); None when the run has none."""
+    split = summary.get("cost_split") or {}
+    return {"ceiling": split.get("ceiling"), "ceiling_source": split.get("ceiling_source"),
+            "actor_share": split.get("actor_share")}
+
+
+def row_ceiling(runs: list[dict]) -> tuple[float | None, str | None]:
+    """A method's ceiling: the mean over its runs of the timed ones, where any run timed its pieces, else
+    of the FLOPs ones; and which it is."""
+    for source in ("timed", "flops"):
+        values = [r["ceiling"] for r in runs if r.get("ceiling_source") == source and r.get("ceiling") is not None]
+        if values:
+            return float(np.mean(values)), source
+    return None, None
+
+
 def aggregate(runs: list[dict]) -> dict:
     finals = [r["final_return"] for r in runs if r["final_return"] is not None]
     ttts = [r["time_to_target_s"] if r["time_to_target_s"] is not None else float("inf") for r in runs]
     median_ttt = float(np.median(ttts)) if ttts else float("inf")
+    ceiling, source = row_ceiling(runs)
     return {
+        "ceiling": ceiling, "ceiling_source": source,
         "final_return_mean": float(np.mean(finals)) if finals else None,
         "final_return_std": float(np.std(finals)) if finals else None,
         "final_return_min": float(np.min(finals)) if finals else None,
@@ -295,15 +322,24 @@ def _actor_lines(result: dict) -> list[str]:
     return lines
 
 
+def ceiling_cell(row: dict) -> str:
+    """The ceiling column's cell of a method's row: ``≤ 23.3%``, marked ``(FLOPs)`` when counted, not timed."""
+    if row.get("ceiling") is None:
+        return "—"
+    return f"≤ {100 * row['ceiling']:.1f}%" + (" (FLOPs)" if row.get("ceiling_source") == "flops" else "")
+
+
 def _training_lines(result: dict, lines: list[str]) -> str:
     lines += ["## 2. Training time", "",
               "Time to target: median over seeds of the wall time (compilation included) to the first logged "
               "update whose mean return over the last 100 episodes reaches the target; \"—\" when more than half "
               "the seeds missed it. Reductions are against `none`. Within spread: the method's mean final return "
-              "≥ the lowest baseline seed's.", "",
+              "≥ the lowest baseline seed's. Amdahl ceiling: the most any actor compression can cut from an update "
+              "of this loop (the uncompressed actor's share of actor + learner, from the runs' own summaries: "
+              "timed, each piece of an update timed alone, or, marked FLOPs, from XLA's FLOP counts).", "",
               "| env (target, budget) | method | final return mean ± std | within spread | reached | time to target (s) "
-              "| reduction | wall time at budget (s) | reduction |",
-              "| --- | --- | ---: | :---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| reduction | Amdahl ceiling | wall time at budget (s) | reduction |",
+              "| --- | --- | ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, t in result["training"].items():
         first = True
         for m, r in t["methods"].items():
@@ -313,6 +349,7 @@ def _training_lines(result: dict, lines: list[str]) -> str:
                 f"| {head} | `{m}` | {_fmt(r['final_return_mean'], '.1f')} ± {_fmt(r['final_return_std'], '.1f')} | "
                 f"{'yes' if r['within_baseline_spread'] else 'no'} | {r['reached']}/{r['seeds']} | "
                 f"{_fmt(r['time_to_target_median_s'], '.1f')} | {_fmt(r['time_to_target_reduction_pct'], '+.1f')}{'%' if r['time_to_target_reduction_pct'] is not None else ''} | "
+                f"{ceiling_cell(r)} | "
                 f"{r['wall_time_mean_s']:.1f} | {r['wall_time_reduction_pct']:+.1f}% |")
     if result["quick"]:
         lines += ["", "With --quick the budgets are far below what reaches any target, and most of each run's wall "

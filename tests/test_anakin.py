@@ -79,6 +79,9 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
     fused, fused_dir = single
     staged = loop.train(tiny(tmp_path / "seq", loop="sequential"))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    # Every run counts its pieces' FLOPs (only --cost-split times them): the same pieces in both loops.
+    assert not staged["cost_split"]["timed"] and staged["cost_split"]["ceiling_source"] == "flops"
+    assert staged["cost_split"]["flops"] == fused["cost_split"]["flops"]
     for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
         assert fused[key] == staged[key], key
     a, b = checkpoint.read_leaves(fused_dir, UPDATES), checkpoint.read_leaves(str(tmp_path / "seq"), UPDATES)
@@ -110,23 +113,65 @@ def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
-def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, capsys):
+def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, capsys, monkeypatch):
     """The Anakin loop's stages run inside one program and are not timed apart: the summary table shows the
     time the host waited for that program, never "actor time 0.0 s"."""
     from accerl_jax.monitor import print_summary
 
     summary, _ = single
     assert summary["actor_time_s"] == 0.0 and summary["fused_wait_s"] > 0  # what the table must not misreport
+    monkeypatch.setenv("COLUMNS", "250")  # one line per row
     print_summary(summary)
     out = capsys.readouterr().out
     assert "fused program" in out and "actor time" not in out and "learner time" not in out
-    # The pieces, each timed alone after training (accerl_jax.cost): no stage reads 0.
+    # The pieces, each timed alone after training (--cost-split, accerl_jax.loops.pieces): no stage reads 0.
     split = summary["cost_split"]
     for key in ("actor", "uncompressed_actor", "learner", "compress"):
         assert split[f"{key}_s_per_update"] >= 0, key
     assert split["actor_s_per_update"] > 0 and split["learner_s_per_update"] > 0
     assert 0 < split["actor_share"] < 1 and 0 < split["ceiling"] < 1
-    assert "alone" in out and "ceiling" in out  # (the rows wrap in a narrow console)
+    assert split["timed"] and split["ceiling_source"] == "timed"
+    # Their FLOPs as well (compressor none: the actor is the uncompressed one, compression does no arithmetic).
+    flops = split["flops"]
+    assert flops["actor_flops_per_update"] == flops["uncompressed_actor_flops_per_update"] > 0
+    assert flops["learner_flops_per_update"] > flops["actor_flops_per_update"] and flops["compress_flops_per_update"] == 0
+    assert "pieces timed alone" in out and "FLOPs (XLA cost analysis)" in out and "ceiling of actor compression" in out
+
+
+def test_summary_reports_the_start_up(single):
+    """Start-up: process start to the end of the first update (its first chunk), the part before the training
+    call included; both no later than now."""
+    from accerl_jax import clock
+
+    summary, _ = single
+    assert 0 < summary["startup_before_train_s"] < summary["startup_s"] < clock.process_age()
+    assert "process start" in summary["startup_scope"]
+
+
+def test_the_default_jobs_pieces_have_positive_flops(tmp_path):
+    """The default job's pieces (distill:small student acting, B=16, T=16), counted by XLA's cost analysis
+    without compiling: every piece does work, the student's rollout less than the learner's own policy's."""
+    import jax
+
+    from accerl_jax import run as run_lib
+    from accerl_jax.loops import pieces
+
+    run = run_lib.setup(Config(logdir=str(tmp_path / "run"), progress=False, total_steps=16 * 16 * 2), [])
+    try:  # only shapes count: the actor's and compressor's states as shapes (nothing compiled)
+        carry = jax.eval_shape(run.actor.reset, run.k_actor)
+        actor_params, comp_state = jax.eval_shape(run.compressor.init, run.params, run.k_comp, carry.obs)
+        split = pieces.cost_split(run, run.state, actor_params, comp_state, carry, timed=False)
+    finally:
+        run.lock.release()
+        run.saver.close()
+        run.monitor.close()
+    flops = split["flops"]
+    assert run.cfg.compressor == "distill:small" and (run.cfg.num_envs, run.cfg.rollout_length) == (16, 16)
+    for key in ("actor", "uncompressed_actor", "learner", "compress"):
+        assert flops[f"{key}_flops_per_update"] > 0, key
+    assert flops["actor_flops_per_update"] < flops["uncompressed_actor_flops_per_update"]
+    assert 0 < flops["ceiling"] < 1 and split["ceiling"] == flops["ceiling"] and split["ceiling_source"] == "flops"
+    assert not split["timed"] and "actor_s_per_update" not in split
 
 
 def test_anakin_refuses_envpool_on_several_devices(monkeypatch):
@@ -144,6 +189,8 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
     fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **flags))
     staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **flags))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    # Host (envpool) envs: the rollout is not a piece that can be lowered alone, so no cost split.
+    assert fused["cost_split"] is None and staged["cost_split"] is None
     assert fused["episodes"] >= 4  # 32 steps per env: every env finished an episode and reset
     for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
         assert fused[key] == staged[key], key

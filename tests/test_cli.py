@@ -162,3 +162,8 @@ def test_default_job_solves_cartpole(tmp_path):
         summary = json.load(f)
     assert summary["final_return_mean"] >= 475.0, summary
     assert summary["actor_policy_speedup"] > 1.0, summary
+    # The cost split of its pieces (FLOPs: no --cost-split) and its start-up, in the summary and the table.
+    flops = summary["cost_split"]["flops"]
+    assert all(flops[f"{k}_flops_per_update"] > 0 for k in ("actor", "uncompressed_actor", "learner", "compress"))
+    assert 0 < summary["startup_before_train_s"] < summary["startup_s"] < summary["wall_time_s"] + summary["startup_before_train_s"]
+    assert "FLOPs" in proc.stdout and "start-up" in proc.stdout

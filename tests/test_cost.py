@@ -30,3 +30,33 @@ def test_time_pieces_warms_up_then_times_every_piece_each_round():
     assert set(seconds) == {"a", "b"} and all(s >= 0 for s in seconds.values())
     with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
         cost.time_pieces({"a": piece("a")}, repeats=0)
+
+
+def test_amdahl_in_flops_names_its_unit():
+    out = cost.amdahl(1.0, 2.0, 6.0, 1.0, unit="flops")
+    assert out["actor_flops_per_update"] == 1.0 and out["update_flops"] == 8.0
+    assert out["ceiling"] == pytest.approx(2 / 8) and out["actor_share"] == pytest.approx(1 / 8)
+
+
+def test_flops_counts_every_step_of_a_loop_not_its_body_once():
+    """XLA's cost analysis counts a loop body once; cost.flops unrolls every scan (a static fori_loop is
+    one), so a loop of 5 matmul steps counts 5 matmuls: at least 5 x 2·8·32·32."""
+    import jax
+
+    x, w = jnp.ones((8, 32)), jnp.ones((32, 32))
+    one = cost.flops(lambda x, w: jnp.tanh(x @ w), x, w)
+    assert one >= 2 * 8 * 32 * 32
+
+    def scanned(x, w):
+        return jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=5)[0]
+
+    def fori(x, w):
+        return jax.lax.fori_loop(0, 5, lambda _, c: jnp.tanh(c @ w), x)
+
+    for fn in (scanned, fori):
+        assert cost.flops(fn, x, w) == pytest.approx(5 * one, rel=0.05), fn.__name__
+        assert jax.jit(fn).lower(x, w).cost_analysis()["flops"] < 2 * one  # what XLA alone reports
+    # Only shapes count: abstract arguments give the same figure, and no arithmetic counts 0.
+    spec = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+    assert cost.flops(scanned, spec, jax.ShapeDtypeStruct((32, 32), jnp.float32)) == cost.flops(scanned, x, w)
+    assert cost.flops(lambda x: x, x) == 0.0

@@ -92,3 +92,29 @@ def test_device_check_quick_writes_one_json_with_each_part_in_its_own_budget(tmp
     assert isinstance(main["load_average_1min_before"], float) and main["command"][1:3] == ["-m", "accerl_jax.train"]
     assert seb["timed_out"] and seb["result"] is None and seb["returncode"] is None and seb["wall_s"] < 30
     assert "actor_bound.py" in " ".join(seb["command"]) and "actor_time" not in got["parts"]
+
+
+def test_paper_tables_shows_each_methods_ceiling_from_its_runs_summaries():
+    """The training table's Amdahl ceiling column: a run's own summary.json cost split; a method's row takes
+    the timed ceilings where any run timed its pieces, else the FLOPs ones (marked)."""
+    pt = _paper_tables()
+    timed = {"cost_split": {"ceiling": 0.2, "ceiling_source": "timed", "actor_share": 0.1}}
+    counted = {"cost_split": {"ceiling": 0.1, "ceiling_source": "flops", "actor_share": 0.05}}
+    assert pt.ceiling_of(timed) == {"ceiling": 0.2, "ceiling_source": "timed", "actor_share": 0.1}
+    assert pt.ceiling_of({"cost_split": None})["ceiling"] is None  # e.g. --compressor auto
+    runs = [dict(pt.ceiling_of(s), seed=k, final_return=500.0, time_to_target_s=10.0 + k, wall_time_s=20.0)
+            for k, s in enumerate((timed, counted, counted))]
+    row = pt.aggregate(runs)
+    assert (row["ceiling"], row["ceiling_source"]) == (0.2, "timed")
+    assert pt.aggregate(runs[1:])["ceiling_source"] == "flops"
+    table = {"env": "gymnax:CartPole-v1", "target": 475.0, "target_note": "", "steps": 1000,
+             "methods": {"none": dict(row, runs=runs), "int8": dict(pt.aggregate(runs[1:]), runs=runs[1:])}}
+    pt.compare(table)
+    result = {"training": {"cartpole": table}, "quick": False, "actor_time": {}, "suffix": "",
+              "targets": {}}
+    lines = pt._training_lines(result, []).splitlines()
+    header = next(line for line in lines if "Amdahl ceiling" in line and line.startswith("|"))
+    column = [c.strip() for c in header.split("|")].index("Amdahl ceiling")
+    cells = [[c.strip() for c in line.split("|")] for line in lines if line.startswith("| ") and "`" in line]
+    assert [c[column] for c in cells] == ["≤ 20.0%", "≤ 10.0% (FLOPs)"]
+    assert cells[1][column - 1] == "-4.5%"  # beside the time-to-target reduction: medians 11 s -> 11.5 s

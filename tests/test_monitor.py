@@ -121,6 +121,20 @@ def test_summary_table_says_what_its_numbers_are(runs, capsys):
     assert "resumed from update 1,234" in " ".join(capsys.readouterr().out.split())
 
 
+def test_summary_table_never_rounds_a_stage_that_took_time_to_zero(runs, capsys, monkeypatch):
+    """A stage time under a second keeps its digits ("0.04 s", not "0.0 s"); the counted FLOPs of each piece
+    of an update and their shares are shown too, labelled as counts."""
+    _, (summary, _), _ = runs
+    monkeypatch.setenv("COLUMNS", "250")  # one line per row
+    print_summary(dict(summary, actor_time_s=0.04, inference_time_s=0.003))
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in capsys.readouterr().out.splitlines() if line.count("│") >= 3}
+    assert rows["actor time"] == "0.04 s" and rows["policy inference"] == "0.003 s"
+    flops = summary["cost_split"]["flops"]
+    assert flops["actor_flops_per_update"] > 0 and summary["cost_split"]["ceiling_source"] == "flops"
+    assert any(k.startswith("per update, FLOPs") for k in rows) and any(k.startswith("FLOPs: actor share") for k in rows)
+
+
 def test_jsonl_has_the_csv_rows(runs):
     root, _, _ = runs
     rows, lines = read_csv(root / "s1"), read_jsonl(root / "s1")

@@ -30,12 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import checkpoint, cost
+from accerl_jax import checkpoint
 from accerl_jax.actor import AnakinActor
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
 from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
+from accerl_jax.loops import pieces
 from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
 from accerl_jax.run import Run
 
@@ -166,41 +167,15 @@ class AnakinStepper:
                     **(self.chunk_fn.summary() if self.run.plan.auto else {}))
 
     def cost_split(self) -> dict:
-        """The per-update cost split (:func:`accerl_jax.cost.amdahl`) of this run's pieces, each compiled and
-        timed alone at the run's shapes on seed 0's final state: a rollout with the acting policy and
-        with the learner's own, the learner update and the compression. Measured after training (so
-        that its compilation does not delay training). Each piece is one jitted call, so each time includes
-        one dispatch (a no-op compression reads ~0.3 ms on a 2-core CPU). {} for envpool, several processes (every process
-        would have to run the pieces) and ``--compressor auto`` (its compressor changes while training)."""
+        """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) on
+        seed 0's final state: FLOPs always, seconds with ``--cost-split`` (each piece compiled and timed
+        alone; each time then includes one dispatch). Measured after training, so that it does not delay
+        training. {} where the pieces cannot be split (:func:`~accerl_jax.loops.pieces.has_pieces`)."""
         run = self.run
-        if run.actor_for is None or run.num_processes > 1 or run.plan.auto or self.state is None:
+        if not pieces.has_pieces(run) or self.state is None:
             return {}
         s = _seed(self.state, 0, self.seeds)
-        roll = jax.jit(run.actor.rollout_fn)
-        roll_uncompressed = jax.jit(run.actor_for(run.learner_apply).rollout_fn)
-        reuse = run.teacher_update is not None
-        update = run.teacher_update if reuse else run.update
-        _, rollout = roll(s.actor_params[0], s.carry)
-        outputs = update(s.learner, rollout)[2:]
-        obs = rollout.obs.reshape((-1,) + tuple(run.info.obs_shape))
-
-        @jax.jit
-        def compress(params, state, obs, outputs):
-            kwargs = {}
-            if outputs:  # [T, B, ...] -> [T * B, ...], as the program hands them over
-                kwargs["teacher"] = jax.tree.map(lambda x: x.reshape((obs.shape[0],) + x.shape[2:]),
-                                                 tuple(outputs[0]))
-            return run.compressor.compress(params, state, obs, **kwargs)
-
-        seconds = cost.time_pieces({
-            "actor": lambda: roll(s.actor_params[0], s.carry),
-            "uncompressed_actor": lambda: roll_uncompressed(s.learner.params, s.carry),
-            "learner": lambda: update(s.learner, rollout),
-            "compress": lambda: compress(s.learner.params, s.compressor, obs, outputs),
-        }, repeats=20)
-        # Compression runs every --compress-every updates.
-        return cost.amdahl(seconds["actor"], seconds["uncompressed_actor"], seconds["learner"],
-                           seconds["compress"] / run.cfg.compress_every)
+        return pieces.cost_split(run, s.learner, s.actor_params[0], s.compressor, s.carry, timed=run.cfg.cost_split)
 
     def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ import numpy as np
 from accerl_jax import checkpoint
 from accerl_jax.driver import Bad, Episodes, Final, Step
 from accerl_jax.guard import UpdateGuard
+from accerl_jax.loops import pieces
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, teacher_kwargs
 
 
@@ -150,7 +151,13 @@ class SequentialStepper:
         return {"loop": "sequential", **(self.run.compressor.summary(self.comp_state) if self.run.plan.auto else {})}
 
     def cost_split(self) -> dict:
-        return {}  # its stages are timed apart while training
+        """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) at
+        the final state: FLOPs always, seconds of each piece alone with ``--cost-split`` (the stage times
+        measured while training are in the summary either way); {} where the pieces cannot be split."""
+        run = self.run
+        if not pieces.has_pieces(run) or self.rollout is None:
+            return {}
+        return pieces.cost_split(run, self.state, self.lagged[0], self.comp_state, self.carry, timed=run.cfg.cost_split)
 
     def close(self) -> None:
         pass
