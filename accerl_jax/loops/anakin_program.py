@@ -24,7 +24,7 @@ from accerl_jax import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax import guard as guard_lib
 from accerl_jax.guard import FINITE
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run
+from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
 
 
 class AnakinState(NamedTuple):
@@ -68,8 +68,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
     cfg, compressor, info = run.cfg, run.compressor, run.info
     # run.teacher_update: the learner's own outputs at the rollout's observations go to the compressor as
     # its teacher's (distillation then needs no second forward pass of the teacher).
-    reuse = run.teacher_update is not None
-    guarded = guard_lib.guard_update(run.teacher_update if reuse else run.update, cfg.on_nan)
+    guarded = guard_lib.guard_update(run.update if run.teacher_update is None else run.teacher_update, cfg.on_nan)
     every = cfg.compress_every
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
@@ -78,10 +77,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
         learner, metrics, bad, *outputs = guarded(s.learner, rollout, it)
         skipped = s.skipped + (bad != FINITE).astype(jnp.int32) if cfg.on_nan == "skip" else s.skipped
         obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
-        kwargs = {}
-        if reuse:
-            flat = lambda x: x.reshape((obs.shape[0],) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...]
-            kwargs["teacher"] = (flat(outputs[0].policy_out), flat(outputs[0].value))
+        kwargs = teacher_kwargs(outputs, obs.shape[0])
         if every == 1:
             actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs, **kwargs)
             refreshed, version = jnp.bool_(True), it

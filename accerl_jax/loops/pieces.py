@@ -14,7 +14,7 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax import cost
-from accerl_jax.run import Run
+from accerl_jax.run import Run, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
                 "(accerl_jax.cost.flops; nothing compiled)")
@@ -33,11 +33,8 @@ def _compress_fn(run: Run) -> Callable:
     """``(learner params, compressor state, obs [T * B, ...], teacher outputs or None) -> (actor params,
     compressor state)``, the teacher outputs ``[T, B, ...]`` flattened as the Anakin program hands them over."""
     def compress(params, state, obs, outputs):
-        kwargs = {}
-        if outputs is not None:
-            flat = lambda x: x.reshape((obs.shape[0],) + x.shape[2:])  # noqa: E731
-            kwargs["teacher"] = (flat(outputs.policy_out), flat(outputs.value))
-        return run.compressor.compress(params, state, obs, **kwargs)
+        teacher = teacher_kwargs([] if outputs is None else [outputs], obs.shape[0])
+        return run.compressor.compress(params, state, obs, **teacher)
 
     return compress
 
