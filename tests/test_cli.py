@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from accerl_jax import train as train_cli
 from accerl_jax.config import Config
 from accerl_jax.loop import train
 
@@ -119,12 +120,17 @@ def test_train_compressors_and_no_correction(tmp_path, compressor):
         (["--env", "envpool:MiniGrid-Empty-5x5-v0"], "structured (dict/tuple) observation space"),
     ],
 )
-def test_cli_bad_input_exits_2_without_traceback(tmp_path, args, message):
+def test_cli_bad_input_exits_2_without_traceback(tmp_path, capsys, args, message):
+    """In-process through :func:`accerl_jax.train.main`, the entry point's whole code path (``python -m
+    accerl_jax.train`` is ``sys.exit(main())``); the real subprocess exits 2 the same way in the tests below
+    and in tests/test_bad_input.py."""
     logdir = tmp_path / "run"
-    proc = run_cli("--total-steps", "64", *args, "--logdir", str(logdir), "--no-progress")
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+    capsys.readouterr()
+    code = train_cli.main(["--total-steps", "64", *args, "--logdir", str(logdir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
     assert not logdir.exists()  # nothing written for a rejected run
 
 

@@ -1,14 +1,27 @@
 """Smoke tests of the main job with every corrector and loss (issue 4), continuous-action envs, the
-policy lag, and the combinations that are refused (ConfigError, exit 2, nothing written)."""
+policy lag, and the combinations that are refused (ConfigError, exit 2, nothing written).
+
+The command lines run in-process through :func:`accerl_jax.train.main`, the entry point's whole code path
+(``python -m accerl_jax.train`` is ``sys.exit(main())``; tests/test_cli.py runs the real subprocess), which
+saves a start-up of several seconds per command."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from accerl_jax import train as train_cli
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.loop import train
 from test_cli import check_outputs, run_cli
+
+
+def main(capsys, *args: str) -> tuple[int, str, str]:
+    """``python -m accerl_jax.train *args`` in this process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = train_cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 @pytest.mark.parametrize(
@@ -21,11 +34,11 @@ from test_cli import check_outputs, run_cli
     ],
     ids=["retrace", "is", "appo", "pendulum-appo"],
 )
-def test_cli_corrector_and_loss_smoke(tmp_path, args):
+def test_cli_corrector_and_loss_smoke(tmp_path, capsys, args):
     logdir = str(tmp_path / "run")
-    proc = run_cli("--total-steps", "1024", "--num-envs", "8", "--rollout-length", "16", "--log-every", "4",
-                   "--logdir", logdir, "--no-progress", *args)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, _, err = main(capsys, "--total-steps", "1024", "--num-envs", "8", "--rollout-length", "16", "--log-every",
+                        "4", "--logdir", logdir, "--no-progress", *args)
+    assert code == 0, err[-3000:]
     summary = check_outputs(logdir, 1024)
     cfg = summary["config"]
     assert summary["corrector"] == cfg["corrector"] and summary["loss"] == cfg["loss"]
@@ -36,13 +49,13 @@ def test_cli_corrector_and_loss_smoke(tmp_path, args):
         assert summary["episodes"] == 0 or summary["final_return_mean"] < 0  # Pendulum rewards are negative
 
 
-def test_cli_halfcheetah_smoke(tmp_path):
+def test_cli_halfcheetah_smoke(tmp_path, capsys):
     logdir = str(tmp_path / "run")
     # 2 envs x 24 steps x 42 updates = 2016 steps: each env finishes one 1000-step (truncated) episode.
-    proc = run_cli("--env", "envpool:HalfCheetah-v4", "--compressor", "mask:0.5", "--total-steps", "2016",
-                   "--num-envs", "2", "--rollout-length", "24", "--log-every", "14", "--logdir", logdir,
-                   "--no-progress")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, _, err = main(capsys, "--env", "envpool:HalfCheetah-v4", "--compressor", "mask:0.5", "--total-steps",
+                        "2016", "--num-envs", "2", "--rollout-length", "24", "--log-every", "14", "--logdir", logdir,
+                        "--no-progress")
+    assert code == 0, err[-3000:]
     summary = check_outputs(logdir, 2016)
     assert summary["episodes"] == 2
     assert summary["learner_network"]["action_dim"] == 6
@@ -110,10 +123,10 @@ def test_bad_combinations_raise_config_error_and_write_nothing(tmp_path, kwargs,
     assert not logdir.exists()
 
 
-def test_cli_refused_combination_exits_2(tmp_path):
-    proc = run_cli("--env", "gymnax:Pendulum-v1", "--corrector", "retrace", "--logdir", str(tmp_path / "r"))
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr and "retrace" in proc.stderr
+def test_cli_refused_combination_exits_2(tmp_path, capsys):
+    code, _, err = main(capsys, "--env", "gymnax:Pendulum-v1", "--corrector", "retrace", "--logdir", str(tmp_path / "r"))
+    assert code == 2
+    assert "Traceback" not in err and "retrace" in err
     help_text = run_cli("--help").stdout
     for flag in ("--loss", "--policy-lag", "--epochs", "--minibatches", "--ppo-clip"):
         assert flag in help_text, flag
