@@ -1,6 +1,6 @@
 """Does off-policy correction matter when the actor runs a heavily compressed, one-version-stale policy?
 
-Trains with each corrector (issue 4) on gymnax CartPole-v1 and Breakout-MinAtar, several seeds each,
+Trains with each corrector on gymnax CartPole-v1 and Breakout-MinAtar, several seeds each,
 with the actor running a 90%-magnitude-pruned copy of the learner's policy (``--compressor mask:0.9``)
 made one learner update earlier than usual (``--policy-lag 1``). Every run is the real entry point
 (``python -m accerl_jax.train``) in a fresh process. Writes, under ``experiments/results/``:

@@ -1,4 +1,4 @@
-"""Re-measure every committed table, each twice, on the code at hand (issue 15, "Numbers that reproduce").
+"""Re-measure every committed table, each twice, on the code at hand.
 
 Runs the commands in :data:`TABLES` one after another, in this order, each once into ``OUT/run1/`` and
 then again, unchanged, into ``OUT/run2/`` (the rerun that a quoted number needs), and writes

@@ -1,4 +1,4 @@
-"""Training throughput of the loops against a bare jitted rollout+update function (issue 5, "Benchmark").
+"""Training throughput of the loops against a bare jitted rollout+update function.
 
 Measured side by side in ONE process, on gymnax CartPole-v1 at the default job's sizes (16 envs x 16
 steps per update, MLP(256, 256), V-trace actor-critic), each with compressor ``none`` and with a
@@ -13,7 +13,7 @@ compressor (``distill:small`` by default):
 Steps/s of the loops are steady-state: from the first to the last row of ``metrics.csv`` (compilation
 and the end-of-run measurements are outside the window); ``bare`` times the same number of updates after
 a compiling warm-up call. Configurations are interleaved ``--repeats`` times and the median kept, so
-load on a shared machine hits every configuration alike. The target of issue 5: ``anakin`` adds at most
+load on a shared machine hits every configuration alike. The target: ``anakin`` adds at most
 10% over ``bare`` (``overhead = bare_sps / anakin_sps - 1``).
 
 Other measurements plug in through :data:`MEASUREMENTS` (name -> ``measure(args) -> dict``): a file

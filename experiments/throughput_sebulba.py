@@ -1,4 +1,4 @@
-"""Is the Sebulba loop faster than the sequential loop on envpool Pong-v5 (issue 5, "Benchmark")?
+"""Is the Sebulba loop faster than the sequential loop on envpool Pong-v5?
 
 Runs the real training loop (:func:`accerl_jax.loop.train`) side by side in one process: for each
 compressor (``none`` and ``distill:small`` by default), ``--loop sequential`` and ``--loop sebulba`` (one

@@ -1,4 +1,4 @@
-"""The Anakin loop (issue 5): one jitted program per chunk of updates, vmapped over seeds.
+"""The Anakin loop: one jitted program per chunk of updates, vmapped over seeds.
 
 Tiny budgets (4 updates of 4 envs x 8 steps, compressor none) so that the whole file stays a few
 seconds of CPU; the loop's checkpoints, signals and NaN guard are tested in test_reliability.py and

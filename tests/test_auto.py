@@ -1,7 +1,7 @@
 """``--compressor auto`` (accerl_jax.compressor.auto): its choice under a tiny and a huge KL bound, its
 triggers, evaluations that warm only the candidates able to change the choice, parameter-structure
 switching in the sequential and the Anakin loop (one compiled chunk program per candidate, the learner
-state continuing across switches), and the logged decisions (issue 6).
+state continuing across switches), and the logged decisions.
 
 The candidates' speeds come from a deterministic timer (parameter bytes: distill:tiny < int8 < none, so
 the ranking does not depend on the load of the machine)."""

@@ -1,4 +1,4 @@
-"""Issue 7, "Bad input": every bad flag value or combination exits with status 2 and a one-line error
+"""Bad input: every bad flag value or combination exits with status 2 and a one-line error
 naming the value and what is accepted, with no traceback, and changes nothing on disk.
 
 Each case runs in a fresh folder holding a copy of a real, resumable run (stopped after 2 of 4 updates,
@@ -204,7 +204,7 @@ CASES = [
      ["bad --logdir", "another process is writing this run now"], ""),
     ("resume-other-logdir", lambda t: _resume()(t) + ["--logdir", str(t / "elsewhere")], None,
      ["bad --logdir", "a resumed run continues in its own folder"], ""),
-    # Multi-host settings (issue 5): refused before jax.distributed.initialize contacts anything.
+    # Multi-host settings: refused before jax.distributed.initialize contacts anything.
     ("coordinator-port-out-of-range", lambda t: _over(t) + _hosts("127.0.0.1:99999", 2, 0), None,
      ["bad --coordinator-address '127.0.0.1:99999'", "expected HOST:PORT with a port in [1, 65535]"], SUB),
     ("coordinator-without-port", lambda t: _over(t) + _hosts("host0", 2, 0), None,

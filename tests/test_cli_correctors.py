@@ -1,4 +1,4 @@
-"""Smoke tests of the main job with every corrector and loss (issue 4), continuous-action envs, the
+"""Smoke tests of the main job with every corrector and loss, continuous-action envs, the
 policy lag, and the combinations that are refused (ConfigError, exit 2, nothing written).
 
 The command lines run in-process through :func:`accerl_jax.train.main`, the entry point's whole code path

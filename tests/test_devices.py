@@ -1,4 +1,4 @@
-"""Issue 5, "Devices and hosts": the learner and the main job over N devices and over several processes.
+"""Devices and hosts: the learner and the main job over N devices and over several processes.
 
 * With 2 and 4 forced CPU devices (one subprocess each), one update of every loss/corrector on a mesh of
   N devices equals the single-device update on the same batch (V-trace, Retrace, APPO with several

@@ -337,7 +337,7 @@ def test_vtrace_on_policy_equals_none_and_differs_off_policy(params, batch, sing
 
 
 # --------------------------------------------------------------------------------------------------
-# 6. The Monitor's importance-ratio statistics and learning rate, from inside the update (issue 6)
+# 6. The Monitor's importance-ratio statistics and learning rate, from inside the update
 # --------------------------------------------------------------------------------------------------
 
 

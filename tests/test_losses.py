@@ -1,4 +1,4 @@
-"""The rules every corrector and loss obeys (issue 4), checked at the learner level.
+"""The rules every corrector and loss obeys, checked at the learner level.
 
 A *table* network makes the rules exact and easy to state: observations are integer indices, and
 ``apply(params, obs)`` looks up logits, value and Q in per-state tables, so the gradient with respect to

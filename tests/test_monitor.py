@@ -1,4 +1,4 @@
-"""The Monitor's metrics and sinks, W&B on request, and ``python -m accerl_jax.plot`` (issue 6).
+"""The Monitor's metrics and sinks, W&B on request, and ``python -m accerl_jax.plot``.
 
 Two tiny CartPole runs (seeds 0 and 1, ``--policy-lag 1``, the default distillation compressor; the
 first with a stand-in ``wandb`` module) are shared by the tests that need a real run.

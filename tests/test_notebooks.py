@@ -1,5 +1,5 @@
 """Every notebook in notebooks/ runs top to bottom in a Jupyter kernel (nbclient), as a reader would run
-it, and is stored without outputs (issue 6). A new notebook is picked up automatically; the tables below
+it, and is stored without outputs. A new notebook is picked up automatically; the tables below
 add checks of what some of them must produce."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A compressor kind of one's own, registered by name (notebooks/custom_compressor.ipynb), and the chain's
-per-stage timer the Monitor uses for distillation's time (issue 6)."""
+per-stage timer the Monitor uses for distillation's time."""
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,4 @@
-"""Issue 7: checkpoints that resume exactly, determinism, signals, and the non-finite guard.
+"""Checkpoints that resume exactly, determinism, signals, and the non-finite guard.
 
 In-process runs use gymnax CartPole with tiny budgets (8 updates of 8 envs x 8 steps), in both the Anakin
 loop (the default for gymnax) and the sequential loop where it is cheap; the signal tests send real

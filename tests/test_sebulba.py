@@ -1,4 +1,4 @@
-"""Issue 5 (Sebulba loop) and issue 7's Sebulba faults: rollout assembly from asynchronous envpool
+"""The Sebulba loop and its faults: rollout assembly from asynchronous envpool
 results, a tiny envpool CartPole run with versioned rollouts, and injected faults in an actor thread, in
 envpool's recv and in the learner, each of which must stop the run within seconds with the original
 error after saving a checkpoint that resumes.
@@ -197,7 +197,7 @@ def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
         assert message in str(err.value), (kw, str(err.value))
 
 
-# ---------------------------------------------------------------- injected faults (issue 7)
+# ---------------------------------------------------------------- injected faults
 
 
 def inject_in_actor(monkeypatch, at: int, action) -> dict:
