@@ -66,6 +66,7 @@ def tables(run: str, out: str) -> list[tuple[str, list[str]]]:
         ("corrector_ablation", [PY, x("corrector_ablation.py"), "--envs", "cartpole",
                                 "--out", os.path.join(d, "corrector_ablation")]),
         ("distill_overlap", [PY, x("distill_overlap.py"), "--out", os.path.join(d, "distill_overlap.json")]),
+        ("actor_bound", [PY, x("actor_bound.py"), "--out", os.path.join(d, "actor_bound.json")]),
     ]
 
 

@@ -157,6 +157,21 @@ def distill_overlap(a: dict, b: dict) -> list[str]:
     return lines + ["", f"Async / sync wall-time speedup: {pair(a['async_wall_speedup'], b['async_wall_speedup'], '.2f', 'x')}.", ""]
 
 
+def actor_bound(a: dict, b: dict) -> list[str]:
+    o = a["options"]
+    lines = [f"### The actor-bound Sebulba setting: {a['env']}, {o['num_envs']} envs × {o['rollout_length']} steps, "
+             f"actor on cpu:0, median of {o['repeats']}", "",
+             "| compressor | steady steps/s | throughput vs none | inference speedup | KL |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for c, r in a["methods"].items():
+        s = b["methods"].get(c, {})
+        lines.append(f"| `{c}` | {pair(r['steady_steps_per_s'], s.get('steady_steps_per_s'), ',.0f')} | "
+                     f"{pair(r['throughput_ratio'], s.get('throughput_ratio'), '.2f', 'x')} | "
+                     f"{pair(r['inference_speedup'], s.get('inference_speedup'), '.2f', 'x')} | "
+                     f"{pair(r['kl_learner_actor'], s.get('kl_learner_actor'), '.4f')} |")
+    return lines + [""]
+
+
 TABLES = (  # (file in each run folder, section writer)
     ("actor_time_cartpole.json", actor_time),
     ("actor_time_breakout_minatar.json", actor_time),
@@ -168,6 +183,7 @@ TABLES = (  # (file in each run folder, section writer)
     ("corrector_ablation.json", corrector),
     ("throughput_sebulba_cpu.json", sebulba),
     ("distill_overlap.json", distill_overlap),
+    ("actor_bound.json", actor_bound),
 )
 
 

@@ -118,3 +118,18 @@ def test_paper_tables_shows_each_methods_ceiling_from_its_runs_summaries():
     cells = [[c.strip() for c in line.split("|")] for line in lines if line.startswith("| ") and "`" in line]
     assert [c[column] for c in cells] == ["≤ 20.0%", "≤ 10.0% (FLOPs)"]
     assert cells[1][column - 1] == "-4.5%"  # beside the time-to-target reduction: medians 11 s -> 11.5 s
+
+
+def test_results_page_reads_the_committed_actor_bound_runs():
+    """The actor-bound table of the results page, from the two committed runs: one row per compressor,
+    both runs' throughput ratio side by side."""
+    import json
+
+    rp = _script("results_page")
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "results", "cpu-2core")
+    a, b = (json.load(open(os.path.join(folder, f"actor_bound_run{r}.json"))) for r in (1, 2))
+    lines = rp.actor_bound(a, b)
+    rows = [ln for ln in lines if ln.startswith("| `")]
+    assert len(rows) == len(a["methods"]) and any(ln.startswith("| `none` |") for ln in rows)
+    ratio = a["methods"]["prune:0.5"]["throughput_ratio"], b["methods"]["prune:0.5"]["throughput_ratio"]
+    assert f"{ratio[0]:.2f}x / {ratio[1]:.2f}x" in next(ln for ln in rows if "prune:0.5" in ln)
