@@ -248,12 +248,10 @@ def main(argv=None) -> dict:
     text = markdown(result)
     print(text)
     if args.out:
-        from accerl_jax.monitor import atomic_write_json
+        sys.path.insert(0, HERE)
+        from throughput_sebulba import write_outputs
 
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        atomic_write_json(args.out, result)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(text)
+        write_outputs(args.out, result, text)
     return result
 
 

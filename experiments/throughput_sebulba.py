@@ -165,12 +165,19 @@ def main(argv=None) -> dict:
     text = markdown(result)
     print(text)
     if args.out:
-        from accerl_jax.monitor import atomic_write_json
-
-        atomic_write_json(args.out, result)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(text)
+        write_outputs(args.out, result, text)
     return result
+
+
+def write_outputs(path: str, result: dict, text: str) -> None:
+    """``result`` as JSON at ``path`` (atomically, its folder made if missing) and the markdown ``text``
+    beside it (``.md`` for ``.json``)."""
+    from accerl_jax.monitor import atomic_write_json
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_json(path, result)
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":
