@@ -49,7 +49,8 @@ FORMAT = 1
 # process of a multi-host run resumes the checkpoint process 0 wrote, with its own --process-id).
 RUN_CONTROL_FIELDS = frozenset(
     {"logdir", "resume", "overwrite", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan",
-     "wandb", "wandb_project", "coordinator_address", "process_id", "preset", "config", "cost_split"}
+     "wandb", "wandb_project", "coordinator_address", "process_id", "preset", "config", "cost_split",
+     "compile_cache"}
 )
 # Fields a resumed run may change besides those: the budget (to extend a run; the learning rate then
 # follows the schedule of the new budget) and what only reports (the window of final_return_mean).

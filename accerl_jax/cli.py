@@ -34,7 +34,7 @@ GROUPS = (
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
-        "log_every", "return_window", "progress", "cost_split", "wandb", "wandb_project", "checkpoint_every",
+        "log_every", "return_window", "progress", "cost_split", "compile_cache", "wandb", "wandb_project", "checkpoint_every",
         "keep_checkpoints", "on_nan")),
     ("hosts", "multi-host training (one process per host)", ("coordinator_address", "num_processes", "process_id")),
 )

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Annotated, Optional
 
 import numpy as np
@@ -159,6 +160,12 @@ class Config:
     the learner's policy, learner update, compression) and report the timed actor's share and ceiling on
     what actor compression can save (summary.json cost_split); every gymnax run counts the pieces' FLOPs
     (XLA's cost analysis, nothing compiled). Off by default: compiling four more programs costs seconds."""
+    compile_cache: str = "auto"
+    """Folder of XLA's persistent compilation cache: a later run with the same programs (same flags and
+    shapes) loads them from it instead of compiling them again, which cuts its start-up. 'auto':
+    $JAX_COMPILATION_CACHE_DIR if set, else $XDG_CACHE_HOME/accerl_jax/xla (~/.cache/accerl_jax/xla);
+    'off': compile every program (no cache); else a folder (made if missing). Set by the first run of a
+    process (JAX reads it once)."""
     log_every: int = 10
     """Write metrics every this many learner updates; KL(π_learner ‖ π_actor) and agreement of a freshly
     compressed actor policy (TensorBoard refresh/*) every this many refreshes of it."""
@@ -181,7 +188,7 @@ class Config:
     folder <run>/checkpoints/<update> (must be the latest). The run continues in its own folder
     (metrics.csv appended, TensorBoard's later steps replaced; the summary covers the whole run) with the
     settings it was started with: --resume PATH alone continues it. Flags given with it may change only
-    --progress, --log-every, --checkpoint-every, --keep-checkpoints, --on-nan, --return-window and
+    --progress, --log-every, --checkpoint-every, --keep-checkpoints, --on-nan, --compile-cache, --return-window and
     --total-steps, made larger (extends the run; the learning rate follows the new budget's schedule
     from there). Any device count; another process count
     if --num-envs x processes stays the same. gymnax environments resume exactly; envpool environments
@@ -294,6 +301,11 @@ def validate(cfg: Config) -> None:
     ]
     if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):
         raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))}; expected widths in [1, 65536]")
+    if not cfg.compile_cache.strip() or (cfg.compile_cache not in ("auto", "off")
+                                         and os.path.exists(cfg.compile_cache)
+                                         and not os.path.isdir(cfg.compile_cache)):
+        raise ConfigError(f"bad --compile-cache {cfg.compile_cache!r}; expected 'auto', 'off' or a folder "
+                          "(made if missing; not an existing file)")
     if cfg.logdir is not None and not cfg.logdir.strip():
         raise ConfigError(f"bad --logdir {cfg.logdir!r}: empty; give a folder name, or leave the flag out for "
                           "the default runs/<env>-<compressor>-s<seed>-<time>-<random>")

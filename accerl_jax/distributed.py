@@ -24,7 +24,7 @@ MAX_PROCESSES = 65536
 # Flags that may differ between the processes of one run.
 # (Only process 0 writes, reads its own --logdir/--resume path and reports to W&B.)
 PER_PROCESS = frozenset({"process_id", "progress", "coordinator_address", "logdir", "resume", "wandb",
-                         "wandb_project"})
+                         "wandb_project", "compile_cache"})
 VOTE_TIMEOUT_S = 300  # how long a process waits for the others to finish checking their settings
 
 

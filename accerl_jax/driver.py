@@ -27,7 +27,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, clock, networks, speed
+from accerl_jax import checkpoint, clock, compile_cache, networks, speed
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
@@ -142,6 +142,7 @@ class Driver:
         self.run, self.stop, self.claimed = run, stop, claimed
         self.entered_s = clock.process_age() if entered_s is None else entered_s
         self.startup_s: Optional[float] = None  # process age when this session's first update finished
+        self.cache_before = compile_cache.counts()
         self.monitors = seed_monitors(run)
         self.completed = self.logged = run.start_update
         self.snapshot: Optional[checkpoint.TrainState] = None
@@ -294,8 +295,11 @@ class Driver:
     def _startup(self) -> dict:
         """This session's start-up: process start to its first update (Anakin: its first chunk), and the
         part of it before the training call."""
+        now = compile_cache.counts()
         return {"startup_s": self.startup_s, "startup_before_train_s": self.entered_s,
-                "startup_scope": STARTUP_SCOPE}
+                "startup_scope": STARTUP_SCOPE, "compile_cache": compile_cache.folder_in_use(),
+                "compile_cache_hits": now["hits"] - self.cache_before["hits"],
+                "compile_cache_misses": now["misses"] - self.cache_before["misses"]}
 
     def _finish(self, trained: dict | None) -> dict:
         """Save and log the last update, measure the policy speed, close, and write the summary."""

@@ -552,6 +552,10 @@ def print_summary(summary: dict) -> None:
                       f"{summary['startup_s']:.1f} s", "")
         table.add_row("  of which before training (interpreter, imports, parsing)",
                       f"{summary['startup_before_train_s']:.1f} s", "")
+    if "compile_cache" in summary:
+        hits, misses = summary["compile_cache_hits"], summary["compile_cache_misses"]
+        table.add_row("compile cache (--compile-cache)", "off" if summary["compile_cache"] is None else
+                      f"{hits} of {hits + misses} programs loaded", "")
     split = summary.get("cost_split") or {}
     if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart while training
         fused = summary["fused_wait_s"]

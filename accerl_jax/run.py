@@ -18,7 +18,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint
+from accerl_jax import checkpoint, compile_cache
 from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import distributed, networks, speed, xla
@@ -215,6 +215,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     """
     n_proc, pid = jax.process_count(), jax.process_index()
     loop = plan_lib.check_config(cfg, n_proc, jax.local_device_count())
+    compile_cache.use(cfg.compile_cache)  # before the first compile: JAX reads it once per process
     config_json = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as saved: tuples become lists
     resume_point = None
     if cfg.resume is not None:

@@ -158,6 +158,8 @@ CASES = [
      ["bad --discount 1.5", "expected a number in [0, 1]"], ""),
     ("seed-negative", lambda t: _over(t) + ["--seed", "-1"], None,
      ["bad --seed -1", "expected an integer in [0, 2^31)"], ""),
+    ("compile-cache-a-file", lambda t: _over(t) + ["--compile-cache", str(t / "plain" / "notes.txt")], _no_checkpoints,
+     ["bad --compile-cache", "notes.txt", "expected 'auto', 'off' or a folder"], ""),
     ("on-nan-unknown", lambda t: _over(t) + ["--on-nan", "explode"], None,
      ["bad --on-nan 'explode'", "expected 'stop' or 'skip'"], ""),
     ("checkpoint-every-negative", lambda t: _over(t) + ["--checkpoint-every", "-1"], None,

@@ -103,6 +103,10 @@ def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
     assert ref_summary["episodes"] > 0 and ref_summary["final_return_mean"] > 0
     assert_same_leaves(checkpoint.read_leaves(str(tmp_path / "again"), UPDATES), ref_leaves)
     assert steps(ref_dir) == [4, 8]
+    # The second run compiles nothing: every program comes from the persistent compilation cache (the
+    # session's, conftest.py; --compile-cache auto follows $JAX_COMPILATION_CACHE_DIR).
+    assert summary["compile_cache"] == os.environ["JAX_COMPILATION_CACHE_DIR"]
+    assert summary["compile_cache_misses"] == 0 and summary["compile_cache_hits"] > 0, summary
     # The learner's key (APPO's minibatch order) is the seed's and is checkpointed, so a resume keeps it.
     np.testing.assert_array_equal(ref_leaves[".learner.key"], learner_lib.learner_key(0))
 
