@@ -6,6 +6,11 @@ second one with the cache). The cache lives in a fresh temporary folder per sess
 is ever reused; subprocesses started by tests inherit it through the ``JAX_*`` environment variables.
 Compiled programs are the same either way, so results (and bitwise comparisons) are unaffected.
 
+The tests' runs are tiny, so compiling is most of their time: the session compiles with LLVM's
+optimization level 0 (:data:`XLA_TEST_FLAGS`, in ``XLA_FLAGS`` before JAX starts its backend, so
+subprocesses get it too). That compiles faster and runs slower; the programs' semantics are the same.
+A run that measures speed sets its own flags (the benchmarks in ``experiments/`` never import this file).
+
 Under ``-n 2 --dist loadfile`` a test file is one unit of work. pytest-xdist hands the units out in order
 of their number of tests, which leaves files of few but long tests (subprocesses, notebooks) for the end,
 where one worker runs them while the other idles. :func:`pytest_xdist_make_scheduler` hands out the files
@@ -16,8 +21,13 @@ from __future__ import annotations
 
 import os
 
-import jax
-import pytest
+# Before ``import jax``: JAX reads XLA_FLAGS when it starts its backend (the first computation).
+XLA_TEST_FLAGS = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{XLA_TEST_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Test files by CPU time of one run (2-core CPU machine, persistent cache above), costliest first: the
 # processes a file starts (CLI runs, devices, notebooks) and its compilations. Order only: a file missing
