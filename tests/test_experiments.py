@@ -133,3 +133,20 @@ def test_results_page_reads_the_committed_actor_bound_runs():
     assert len(rows) == len(a["methods"]) and any(ln.startswith("| `none` |") for ln in rows)
     ratio = a["methods"]["prune:0.5"]["throughput_ratio"], b["methods"]["prune:0.5"]["throughput_ratio"]
     assert f"{ratio[0]:.2f}x / {ratio[1]:.2f}x" in next(ln for ln in rows if "prune:0.5" in ln)
+
+
+def test_peer_purejaxrl_times_the_target_from_process_start_and_tabulates_ratios(tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "experiments"))
+    try:
+        import peer_purejaxrl as peer
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "metrics.csv").write_text("update,wall_time_s,return_mean\n1,2.0,\n2,4.0,300\n3,6.0,480\n4,8.0,500\n")
+    assert peer.time_to_target(str(tmp_path), 3.0) == 9.0  # 3 s before training + the row's 6 s
+    (tmp_path / "metrics.csv").write_text("update,wall_time_s,return_mean\n1,2.0,nan\n2,4.0,474.9\n")
+    assert peer.time_to_target(str(tmp_path), 3.0) is None
+    run = lambda s, r: {"process_s": s, "time_to_target_s": s, "final_return": r}  # noqa: E731
+    configs = {"default": {"process_s": 30.0, "time_to_target_s": None, "runs": [run(30.0, None)]},
+               "purejaxrl": {"process_s": 20.0, "time_to_target_s": 20.0, "runs": [run(20.0, 500.0)]}}
+    md = peer.to_markdown({"host": "h", "cpu_count": 2, "seeds": [0], "configs": configs})
+    assert "| default | 30.0 | - | - | 1.50 | - |" in md and "| purejaxrl | 20.0 | 20.0 | 500 | 1.00 | 1.00 |" in md
