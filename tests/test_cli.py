@@ -45,7 +45,9 @@ def check_outputs(logdir: str, expected_steps: int) -> dict:
         assert summary[key] > 0, key
     assert 0 <= summary["env_time_s"] <= summary["actor_time_s"]
     assert summary["inference_time_s"] >= 0
-    assert summary["actor_time_s"] + summary["learner_time_s"] + summary["compress_time_s"] <= summary["wall_time_s"]
+    busy = (summary["actor_time_s"], summary["learner_time_s"], summary["compress_time_s"])
+    # Sebulba's actor, learner and compressor threads overlap: only each stage alone is bounded by the wall.
+    assert (max(busy) if summary.get("loop") == "sebulba" else sum(busy)) <= summary["wall_time_s"], busy
     assert summary["actor_policy_speedup"] > 0
     with open(os.path.join(logdir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
