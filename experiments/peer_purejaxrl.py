@@ -12,7 +12,8 @@ Each round runs, for one seed, interleaved so that load on a shared machine fall
 Recorded per process: the whole process's wall seconds (interpreter start to exit, as a user waits),
 the final return, and for accerl_jax the seconds from process start to the first logged mean return of
 at least 475 (``startup_before_train_s`` + the metrics row's ``wall_time_s``). PureJaxRL logs nothing
-while it trains, so its time to a solved policy is its whole process. Ratios are medians over rounds.
+while it trains, so its time to a solved policy is its whole process (if its final return is at least
+475). Times to 475 are medians over the runs that reached it; ratios are of medians.
 
 Usage: python experiments/peer_purejaxrl.py --purejaxrl PATH/TO/purejaxrl --python PATH/TO/venv/bin/python
        [--seeds 0 1 2] [--out experiments/results/cpu-2core/peer_purejaxrl.json]
@@ -90,13 +91,15 @@ def run_purejaxrl(seed: int, python: str, purejaxrl: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"purejaxrl seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"process_s": process_s, "final_return": out["final_return"], "time_to_target_s": process_s,
+    reached = out["final_return"] >= TARGET
+    return {"process_s": process_s, "final_return": out["final_return"], "time_to_target_s": process_s if reached else None,
             "import_s": out["import_s"], "train_s": out["train_s"]}
 
 
 def _median(runs: list[dict], key: str) -> float | None:
-    values = [r[key] for r in runs]
-    return None if any(v is None for v in values) else float(np.median(values))
+    """Median of ``key`` over the runs that have it (a run that never reached the target has None)."""
+    values = [r[key] for r in runs if r[key] is not None]
+    return float(np.median(values)) if values else None
 
 
 def to_markdown(result: dict) -> str:
@@ -107,11 +110,13 @@ def to_markdown(result: dict) -> str:
     peer = result["configs"]["purejaxrl"]
     for name, c in result["configs"].items():
         ratio = lambda k: f"{c[k] / peer[k]:.2f}" if c[k] is not None and peer[k] else "-"  # noqa: E731
-        ttt = "-" if c["time_to_target_s"] is None else f"{c['time_to_target_s']:.1f}"
+        reached = sum(r["time_to_target_s"] is not None for r in c["runs"])
+        ttt = ("-" if c["time_to_target_s"] is None else f"{c['time_to_target_s']:.1f}") + f" ({reached} of {len(c['runs'])})"
         rets = ", ".join("-" if r["final_return"] is None else f"{r['final_return']:.0f}" for r in c["runs"])
         lines.append(f"| {name} | {c['process_s']:.1f} | {ttt} | {rets} | {ratio('process_s')} | {ratio('time_to_target_s')} |")
-    lines += ["", "PureJaxRL logs nothing while training: its time to 475 is its whole process. 'rerun': the same "
-              "command again with the compilation cache the first run filled (--compile-cache)."]
+    lines += ["", "Time to 475: median over the runs that reached it (how many did, in brackets). PureJaxRL logs "
+              "nothing while training: its time to 475 is its whole process, if its final return reached 475. "
+              "'rerun': the same command again with the compilation cache the first run filled (--compile-cache)."]
     return "\n".join(lines) + "\n"
 
 

@@ -146,7 +146,9 @@ def test_peer_purejaxrl_times_the_target_from_process_start_and_tabulates_ratios
     (tmp_path / "metrics.csv").write_text("update,wall_time_s,return_mean\n1,2.0,nan\n2,4.0,474.9\n")
     assert peer.time_to_target(str(tmp_path), 3.0) is None
     run = lambda s, r: {"process_s": s, "time_to_target_s": s, "final_return": r}  # noqa: E731
-    configs = {"default": {"process_s": 30.0, "time_to_target_s": None, "runs": [run(30.0, None)]},
+    configs = {"default": {"process_s": 30.0, "time_to_target_s": None, "runs": [dict(run(30.0, None), time_to_target_s=None)]},
                "purejaxrl": {"process_s": 20.0, "time_to_target_s": 20.0, "runs": [run(20.0, 500.0)]}}
     md = peer.to_markdown({"host": "h", "cpu_count": 2, "seeds": [0], "configs": configs})
-    assert "| default | 30.0 | - | - | 1.50 | - |" in md and "| purejaxrl | 20.0 | 20.0 | 500 | 1.00 | 1.00 |" in md
+    assert "| default | 30.0 | - (0 of 1) | - | 1.50 | - |" in md
+    assert "| purejaxrl | 20.0 | 20.0 (1 of 1) | 500 | 1.00 | 1.00 |" in md
+    assert peer._median([{"t": None}, {"t": 3.0}, {"t": 5.0}], "t") == 4.0  # over the runs that reached it
