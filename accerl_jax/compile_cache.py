@@ -21,7 +21,6 @@ _EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/
 _counts = {"hits": 0, "misses": 0}
 _lock = threading.Lock()
 _listening = False
-_folder: Optional[str] = None
 
 
 def default_folder() -> str:
@@ -57,7 +56,7 @@ def use(setting: str) -> Optional[str]:
     Returns:
       The folder in use, or None (off).
     """
-    global _listening, _folder
+    global _listening
     folder = folder_for(setting)
     if folder is not None:
         try:
@@ -66,7 +65,6 @@ def use(setting: str) -> Optional[str]:
             print(f"warning: --compile-cache {setting!r}: cannot use {folder} ({err.strerror}); compiling without "
                   "a cache", file=sys.stderr)
             folder = None
-    _folder = folder
     if folder is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return None
@@ -81,8 +79,9 @@ def use(setting: str) -> Optional[str]:
 
 
 def folder_in_use() -> Optional[str]:
-    """The folder the last :func:`use` set (None: off, or :func:`use` not called)."""
-    return _folder
+    """The folder JAX's settings name for its compilation cache (the last :func:`use` sets them), or None
+    where the cache is off."""
+    return jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
 
 
 def counts() -> dict[str, int]:

@@ -21,7 +21,6 @@ Usage: python experiments/peer_purejaxrl.py --purejaxrl PATH/TO/purejaxrl --pyth
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paper_tables  # noqa: E402  (its metrics.csv reader and time-to-target rule)
 from throughput_sebulba import write_outputs  # noqa: E402
 
 TARGET = 475.0
@@ -59,11 +59,8 @@ print(json.dumps({"final_return": float(returns[-1].mean()), "import_s": importe
 
 def time_to_target(logdir: str, before_train_s: float) -> float | None:
     """Seconds from process start to the first metrics row whose mean return reaches :data:`TARGET`."""
-    with open(os.path.join(logdir, "metrics.csv"), newline="") as f:
-        for row in csv.DictReader(f):
-            if row["return_mean"] not in ("", "nan") and float(row["return_mean"]) >= TARGET:
-                return before_train_s + float(row["wall_time_s"])
-    return None
+    in_run = paper_tables.time_to_target(paper_tables.read_curve(logdir), TARGET)
+    return None if in_run is None else before_train_s + in_run
 
 
 def run_ours(seed: int, extra: list[str], cache: str, tmp: str) -> dict:

@@ -141,9 +141,9 @@ def test_peer_purejaxrl_times_the_target_from_process_start_and_tabulates_ratios
         import peer_purejaxrl as peer
     finally:
         sys.path.pop(0)
-    (tmp_path / "metrics.csv").write_text("update,wall_time_s,return_mean\n1,2.0,\n2,4.0,300\n3,6.0,480\n4,8.0,500\n")
+    (tmp_path / "metrics.csv").write_text("env_steps,wall_time_s,return_mean\n1,2.0,\n2,4.0,300\n3,6.0,480\n4,8.0,500\n")
     assert peer.time_to_target(str(tmp_path), 3.0) == 9.0  # 3 s before training + the row's 6 s
-    (tmp_path / "metrics.csv").write_text("update,wall_time_s,return_mean\n1,2.0,nan\n2,4.0,474.9\n")
+    (tmp_path / "metrics.csv").write_text("env_steps,wall_time_s,return_mean\n1,2.0,nan\n2,4.0,474.9\n")
     assert peer.time_to_target(str(tmp_path), 3.0) is None
     run = lambda s, r: {"process_s": s, "time_to_target_s": s, "final_return": r}  # noqa: E731
     configs = {"default": {"process_s": 30.0, "time_to_target_s": None, "runs": [dict(run(30.0, None), time_to_target_s=None)]},
