@@ -163,8 +163,10 @@ class Run:
     # (learner.make_update(outputs=True)), for a compressor that takes them as its teacher's
     # (Compressor.takes_teacher, --distill-reuse-teacher) in a loop whose learner state is global; else None.
     teacher_update: Callable | None
-    params: Any  # the learner's initial parameters
-    state: learner_lib.LearnerState  # the learner's initial state (a resumed run's is in ``restored``)
+    # The learner's initial parameters and state (a resumed run's are in ``restored``); the Anakin loop's
+    # as shapes only (jax.ShapeDtypeStruct leaves: it builds its own, accerl_jax.loops.anakin_state).
+    params: Any
+    state: learner_lib.LearnerState
     k_comp: jax.Array
     k_actor: jax.Array
     learner_logits: Callable
@@ -256,7 +258,11 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         claimed.append(logdir)
 
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
-    params = networks.init_params(spec, k_net)
+    # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
+    # here it needs only the shapes (a --resume checkpoint's template), which compile nothing.
+    shapes_only = plan.loop == "anakin"
+    init_params = functools.partial(networks.init_params, spec)
+    params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
     # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
     optimizer_steps = num_updates * loss_cfg.optimizer_steps
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
@@ -272,14 +278,14 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     global_state = n_proc == 1 or plan.loop == "anakin"
     reuse = compressor.takes_teacher and cfg.distill_reuse_teacher
     teacher_update = make_update(outputs=True) if reuse else None
+    state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
+    init_state = functools.partial(learner_lib.init_state, optimizer=optimizer, mesh=state_mesh,
+                                   key=learner_lib.learner_key(cfg.seed))
+    state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
     if n_proc > 1:
-        state = learner_lib.init_state(params, optimizer, learner_lib.make_mesh(jax.local_devices()[:1]),
-                                       key=learner_lib.learner_key(cfg.seed))
         if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
             update = make_global_update(update, mesh)
             teacher_update = make_global_update(teacher_update, mesh) if reuse else None
-    else:
-        state = learner_lib.init_state(params, optimizer, mesh, key=learner_lib.learner_key(cfg.seed))
     actor_apply = compressor.actor_apply(learner_apply)
     actor_for = None
     if info.jittable:

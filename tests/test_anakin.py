@@ -304,3 +304,48 @@ def test_family_options_follow_the_platform_a_call_runs_on():
     assert xla.options_for("mlp", "cpu") is None
     on_cpu = jax.device_put(jnp.ones(2), jax.devices("cpu")[0])
     assert xla._platform([1.0, on_cpu]) == "cpu" and xla._platform([jnp.ones(2)]) == jax.default_backend()
+
+
+def test_one_shot_programs_compile_at_level_1_on_cpu_unless_the_caller_set_a_level(monkeypatch):
+    """Programs that run once (the initial state) compile at LLVM level 1 on XLA:CPU, with a conv net's
+    CPU options kept; a level set in XLA_FLAGS (this test session's) applies to them as to every program."""
+    from accerl_jax import xla
+
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert xla.one_shot_options("mlp", "cpu") == xla.ONE_SHOT_CPU
+    assert xla.one_shot_options("cnn", "cpu") == {**xla.NO_YNN, **xla.ONE_SHOT_CPU}
+    assert xla.one_shot_options("mlp", "gpu") is None
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    assert xla.one_shot_options("mlp", "cpu") is None and xla.one_shot_options("cnn", "cpu") == xla.NO_YNN
+
+
+INITIAL_STATES = """
+import sys, tempfile
+import jax, numpy as np
+from accerl_jax import run as run_lib
+from accerl_jax.config import Config
+from accerl_jax.loops import anakin_state
+run = run_lib.setup(Config(logdir=tempfile.mkdtemp() + "/run", progress=False, compile_cache="off",
+                           num_envs=4, rollout_length=4), [])
+one = jax.tree.leaves(anakin_state.initial_state(run, 3))            # one program, level 1
+pieces = jax.tree.leaves(anakin_state._initial_state(run, 3))        # piece by piece, the default level
+assert len(one) == len(pieces)
+for a, b in zip(one, pieces):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-6, atol=1e-7)
+print("same", sum(x.size for x in one))
+"""
+
+
+def test_the_one_program_initial_state_is_the_piece_by_piece_one():
+    """At the product's own optimisation level (no XLA_FLAGS level: the one-shot program at level 1, the
+    pieces at XLA's default), the default job's initial state built by one program equals the one built
+    piece by piece (parameters, optimiser state, env states, student, keys)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="")
+    proc = subprocess.run([sys.executable, "-c", INITIAL_STATES], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("same")

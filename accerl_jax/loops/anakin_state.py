@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from accerl_jax import learner as learner_lib
-from accerl_jax import networks
+from accerl_jax import networks, xla
 from accerl_jax.guard import FINITE
 from accerl_jax.loops.anakin_program import AnakinState, state_sharding
 from accerl_jax.run import Run, policy_versions
@@ -18,10 +18,18 @@ from accerl_jax.run import Run, policy_versions
 def initial_state(run: Run, seed: int) -> AnakinState:
     """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it.
 
-    With several processes it is built by one jitted program over the global mesh (every process runs
-    it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says."""
+    It is built by one jitted program (compiled once, with :func:`accerl_jax.xla.one_shot_options`: it
+    runs once), not op by op. With several processes that program runs over the global mesh (every
+    process runs it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. A host
+    (envpool) env's reset cannot be traced, nor can a learner mesh that leaves out a local device
+    (``--actor-device cpu-apart``) be nested in one program over all of them: those build it piece by
+    piece."""
+    options = xla.one_shot_options(run.spec.family)
     if run.num_processes > 1:
-        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run))()
+        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),
+                       compiler_options=options)()
+    if run.info.jittable and run.plan.first_learner_device == 0:
+        return jax.jit(lambda: _initial_state(run, seed), compiler_options=options)()
     return _initial_state(run, seed)
 
 
