@@ -70,6 +70,7 @@ class AnakinStepper:
         self.chunk_fn = AutoChunks(run) if run.plan.auto else make_chunk(run)
         self.fused_wait = float(run.extra.get("fused_wait_s", 0.0))  # seconds the host waited for the program
         self.state = self.chunk_end = None
+        self.flops: pieces.BackgroundFlops | None = None  # counted while training (steps)
         self.lag_versions = float("nan")  # of the last update, seed 0
         self.skipped = np.asarray(run.extra.get("skipped_updates", 0))
         # Several processes: the next chunk is dispatched only after the driver has logged and saved this
@@ -103,7 +104,12 @@ class AnakinStepper:
             state = restored_state(run, self.skipped.tolist())
         self.state = place_state(run, state)
         completed = run.start_update
+        s0 = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype),
+                          self.state)  # seed 0's shapes, read before the program may take the buffers
         pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
+        if pending is not None and run.writer and pieces.has_pieces(run):
+            # Count the pieces' FLOPs while the program trains (the first chunk is compiled by now).
+            self.flops = pieces.BackgroundFlops(run, s0.learner, s0.actor_params[0], s0.compressor, s0.carry)
         while pending is not None:
             end, new_state, out, chunk_end = pending
             pending = hard_stop = None
@@ -169,13 +175,17 @@ class AnakinStepper:
     def cost_split(self) -> dict:
         """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) on
         seed 0's final state: FLOPs always, seconds with ``--cost-split`` (each piece compiled and timed
-        alone; each time then includes one dispatch). Measured after training, so that it does not delay
-        training. {} where the pieces cannot be split (:func:`~accerl_jax.loops.pieces.has_pieces`)."""
+        alone; each time then includes one dispatch). The FLOPs are counted in a background thread while
+        the program trains (:class:`~accerl_jax.loops.pieces.BackgroundFlops`), the timing after training,
+        so that neither delays training. {} where the pieces cannot be split
+        (:func:`~accerl_jax.loops.pieces.has_pieces`)."""
         run = self.run
         if not pieces.has_pieces(run) or self.state is None:
             return {}
         s = _seed(self.state, 0, self.seeds)
-        return pieces.cost_split(run, s.learner, s.actor_params[0], s.compressor, s.carry, timed=run.cfg.cost_split)
+        flops = self.flops.result() if self.flops is not None else None
+        return pieces.cost_split(run, s.learner, s.actor_params[0], s.compressor, s.carry, timed=run.cfg.cost_split,
+                                 flops=flops)
 
     def close(self) -> None:
         pass

@@ -9,6 +9,7 @@ when asked (``--cost-split``), also compiles and times each alone.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import jax
@@ -39,7 +40,69 @@ def _compress_fn(run: Run) -> Callable:
     return compress
 
 
-def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool) -> dict:
+def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
+    """The FLOPs part of :func:`cost_split`: ``{"flops": amdahl(..., unit="flops"), "flops_source": ...}``.
+
+    Only shapes and dtypes are read: the arguments may be arrays or ``jax.ShapeDtypeStruct`` trees (as
+    :class:`BackgroundFlops` passes them). Nothing is compiled or run.
+
+    Raises:
+      ValueError: ``run`` has no separable pieces (:func:`has_pieces`).
+    """
+    if not has_pieces(run):
+        raise ValueError("this run's update has no separable pieces (envpool, several processes, "
+                         "--compressor auto or --distill-async)")
+    reuse = run.teacher_update is not None
+    update = run.teacher_update if reuse else run.update
+    actor_flops, (_, rollout_shape) = cost.flops_and_shape(run.actor.rollout_fn, actor_params, carry)
+    if run.cfg.compressor == "none":  # the actor runs the learner's own policy
+        uncompressed_flops = actor_flops
+    else:
+        uncompressed_flops = cost.flops(run.actor_for(run.learner_apply).rollout_fn, learner.params, carry)
+    learner_flops, update_shape = cost.flops_and_shape(update, learner, rollout_shape)
+    obs_shape = _flat_obs(rollout_shape.obs)
+    outputs_shape = update_shape[2] if reuse else None
+    compress_flops = cost.flops(_compress_fn(run), learner.params, comp_state, obs_shape, outputs_shape)
+    return {"flops": cost.amdahl(actor_flops, uncompressed_flops, learner_flops,
+                                 compress_flops / run.cfg.compress_every, unit="flops"),
+            "flops_source": FLOPS_SOURCE}
+
+
+def _flat_obs(obs) -> jax.ShapeDtypeStruct:
+    """The shape of a rollout's ``obs [T, B, ...]`` flattened to ``[T * B, ...]``, as the Anakin program
+    hands it to the compressor."""
+    return jax.ShapeDtypeStruct((obs.shape[0] * obs.shape[1],) + tuple(obs.shape[2:]), obs.dtype)
+
+
+class BackgroundFlops:
+    """:func:`count_flops` in a daemon thread, on the shapes of the state given, so that a loop can count
+    while its program trains instead of after it (tracing and lowering the pieces takes seconds of host
+    time; the fused program leaves a core of the host mostly idle). :meth:`result` waits for it."""
+
+    def __init__(self, run: Run, learner, actor_params, comp_state, carry):
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
+                              (learner, actor_params, comp_state, carry))
+        self._result: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._count, args=(run, *shapes), daemon=True,
+                                        name="accerl-count-flops")
+        self._thread.start()
+
+    def _count(self, run: Run, *shapes) -> None:
+        try:
+            self._result = count_flops(run, *shapes)
+        except BaseException as err:  # re-raised by result(), in the caller's thread
+            self._error = err
+
+    def result(self) -> dict:
+        """:func:`count_flops`'s dict, once the thread has finished; re-raises what it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, flops: dict | None = None) -> dict:
     """The per-update cost split of ``run``'s pieces at the state given (one seed's).
 
     Args:
@@ -49,6 +112,8 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool) 
       comp_state: the compressor's state.
       carry: the actor's carry (env states, observations ``[B, ...]``, key).
       timed: also compile and time each piece alone (:func:`accerl_jax.cost.time_pieces`, 20 rounds).
+      flops: :func:`count_flops`'s result at these shapes if already counted (:class:`BackgroundFlops`);
+        None counts them here.
 
     Returns:
       ``{"flops": amdahl(..., unit="flops"), "flops_source": ..., "timed": timed}``; with ``timed`` also
@@ -60,35 +125,18 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool) 
     Raises:
       ValueError: ``run`` has no separable pieces (:func:`has_pieces`).
     """
-    if not has_pieces(run):
-        raise ValueError("this run's update has no separable pieces (envpool, several processes, "
-                         "--compressor auto or --distill-async)")
-    every = run.cfg.compress_every
-    roll = run.actor.rollout_fn
-    roll_uncompressed = run.actor_for(run.learner_apply).rollout_fn
-    reuse = run.teacher_update is not None
-    update = run.teacher_update if reuse else run.update
-    compress = _compress_fn(run)
-    actor_flops, (_, rollout_shape) = cost.flops_and_shape(roll, actor_params, carry)
-    if run.cfg.compressor == "none":  # the actor runs the learner's own policy
-        uncompressed_flops = actor_flops
-    else:
-        uncompressed_flops = cost.flops(roll_uncompressed, learner.params, carry)
-    learner_flops, update_shape = cost.flops_and_shape(update, learner, rollout_shape)
-    obs_shape = jax.ShapeDtypeStruct((rollout_shape.obs.shape[0] * rollout_shape.obs.shape[1],)
-                                     + tuple(rollout_shape.obs.shape[2:]), rollout_shape.obs.dtype)
-    outputs_shape = update_shape[2] if reuse else None
-    compress_flops = cost.flops(compress, learner.params, comp_state, obs_shape, outputs_shape)
-    split: dict[str, Any] = {
-        "flops": cost.amdahl(actor_flops, uncompressed_flops, learner_flops, compress_flops / every, unit="flops"),
-        "flops_source": FLOPS_SOURCE, "timed": timed,
-    }
+    split: dict[str, Any] = dict(flops if flops is not None else count_flops(run, learner, actor_params, comp_state, carry),
+                                 timed=timed)
     shares = split["flops"]
     if timed:
-        roll_c, roll_u, compress_c = jax.jit(roll), jax.jit(roll_uncompressed), jax.jit(compress)
+        reuse = run.teacher_update is not None
+        update = run.teacher_update if reuse else run.update
+        roll_c = jax.jit(run.actor.rollout_fn)
+        roll_u = jax.jit(run.actor_for(run.learner_apply).rollout_fn)
+        compress_c = jax.jit(_compress_fn(run))
         _, rollout = roll_c(actor_params, carry)
         outputs = update(learner, rollout)[2] if reuse else None
-        obs = rollout.obs.reshape(obs_shape.shape)
+        obs = rollout.obs.reshape(_flat_obs(rollout.obs).shape)
         seconds = cost.time_pieces({
             "actor": lambda: roll_c(actor_params, carry),
             "uncompressed_actor": lambda: roll_u(learner.params, carry),
@@ -96,7 +144,7 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool) 
             "compress": lambda: compress_c(learner.params, comp_state, obs, outputs),
         }, repeats=20)
         shares = cost.amdahl(seconds["actor"], seconds["uncompressed_actor"], seconds["learner"],
-                             seconds["compress"] / every)
+                             seconds["compress"] / run.cfg.compress_every)
         split.update(shares, timed_source=TIMED_SOURCE)
     split.update(actor_share=shares["actor_share"], ceiling=shares["ceiling"],
                  predicted_saving=shares["predicted_saving"], ceiling_source="timed" if timed else "flops")
