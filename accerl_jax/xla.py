@@ -19,7 +19,7 @@ CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
 # Programs that run once per run (initial parameters and states): on XLA:CPU compiled at LLVM optimisation
 # level 1 instead of the default 2, which compiles them about a third faster (their run time does not
 # matter; the training programs keep the default). Measured on the default job's initial state: the same
-# bits at both levels, 3.8 s against 5.6-5.9 s to compile (docs/RESULTS.md, section 10).
+# bits at both levels, 3.8 s against 5.6-5.9 s to compile (2-core CPU, one idle run each, twice).
 ONE_SHOT_CPU = {"xla_backend_optimization_level": 1}
 
 
