@@ -320,7 +320,7 @@ def test_one_shot_programs_compile_at_level_1_on_cpu_unless_the_caller_set_a_lev
 
 
 INITIAL_STATES = """
-import sys, tempfile
+import tempfile
 import jax, numpy as np
 from accerl_jax import run as run_lib
 from accerl_jax.config import Config

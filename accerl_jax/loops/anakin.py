@@ -104,7 +104,8 @@ class AnakinStepper:
             state = restored_state(run, self.skipped.tolist())
         self.state = place_state(run, state)
         completed = run.start_update
-        s0 = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype),
+        s0 = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype,
+                                                         weak_type=x.weak_type),
                           self.state)  # seed 0's shapes, read before the program may take the buffers
         pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
         if pending is not None and run.writer and pieces.has_pieces(run):

@@ -24,13 +24,12 @@ def initial_state(run: Run, seed: int) -> AnakinState:
     (envpool) env's reset cannot be traced, nor can a learner mesh that leaves out a local device
     (``--actor-device cpu-apart``) be nested in one program over all of them: those build it piece by
     piece."""
-    options = xla.one_shot_options(run.spec.family)
-    if run.num_processes > 1:
-        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),
-                       compiler_options=options)()
-    if run.info.jittable and run.plan.first_learner_device == 0:
-        return jax.jit(lambda: _initial_state(run, seed), compiler_options=options)()
-    return _initial_state(run, seed)
+    several = run.num_processes > 1
+    if not (several or (run.info.jittable and run.plan.first_learner_device == 0)):
+        return _initial_state(run, seed)
+    placement = {"out_shardings": state_sharding(run)} if several else {}
+    return jax.jit(lambda: _initial_state(run, seed), compiler_options=xla.one_shot_options(run.spec.family),
+                   **placement)()
 
 
 def _initial_state(run: Run, seed: int) -> AnakinState:

@@ -75,17 +75,16 @@ def _flat_obs(obs) -> jax.ShapeDtypeStruct:
 
 
 class BackgroundFlops:
-    """:func:`count_flops` in a daemon thread, on the shapes of the state given, so that a loop can count
-    while its program trains instead of after it (tracing and lowering the pieces takes seconds of host
-    time; the fused program leaves a core of the host mostly idle). :meth:`result` waits for it."""
+    """:func:`count_flops` in a daemon thread, so that a loop can count while its program trains instead
+    of after it (tracing and lowering the pieces takes seconds of host time; the fused program leaves a
+    core of the host mostly idle). Pass ``jax.ShapeDtypeStruct`` trees: arrays the program may take over
+    (donated buffers) must not be read by the thread. :meth:`result` waits for it."""
 
     def __init__(self, run: Run, learner, actor_params, comp_state, carry):
-        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
-                              (learner, actor_params, comp_state, carry))
         self._result: dict | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._count, args=(run, *shapes), daemon=True,
-                                        name="accerl-count-flops")
+        self._thread = threading.Thread(target=self._count, args=(run, learner, actor_params, comp_state, carry),
+                                        daemon=True, name="accerl-count-flops")
         self._thread.start()
 
     def _count(self, run: Run, *shapes) -> None:
