@@ -525,8 +525,8 @@ def init_state(params, optimizer: optax.GradientTransformation, mesh: Mesh | Non
     Placing it with the same sharding that ``update`` returns keeps ``update`` from compiling twice.
     """
     mesh = mesh or make_mesh()
-    make = jax.jit(lambda p, k: LearnerState(p, optimizer.init(p), jnp.zeros((), jnp.int32), k),
-                   out_shardings=NamedSharding(mesh, P()))
+    make = xla.one_shot_jit(lambda p, k: LearnerState(p, optimizer.init(p), jnp.zeros((), jnp.int32), k),
+                            out_shardings=NamedSharding(mesh, P()))
     return make(params, key)
 
 

@@ -23,9 +23,10 @@ CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
 ONE_SHOT_CPU = {"xla_backend_optimization_level": 1}
 
 
-def one_shot_options(family: str, platform: str | None = None):
+def one_shot_options(family: str | None = None, platform: str | None = None):
     """Compiler options for a program that runs once: :data:`ONE_SHOT_CPU` on XLA:CPU, with
-    :func:`options_for` ``(family)``'s; :func:`options_for`'s alone on other platforms, or where
+    :func:`options_for` ``(family)``'s (None: a program without a network's forward pass);
+    :func:`options_for`'s alone on other platforms, or where
     ``XLA_FLAGS`` sets an optimisation level (the caller's level then applies to every program alike)."""
     platform = platform or jax.default_backend()
     base = options_for(family, platform)
@@ -34,7 +35,7 @@ def one_shot_options(family: str, platform: str | None = None):
     return {**(base or {}), **ONE_SHOT_CPU}
 
 
-def options_for(family: str, platform: str | None = None):
+def options_for(family: str | None, platform: str | None = None):
     """Compiler options for a network ``family`` (``"mlp"``/``"cnn"``) on ``platform`` (default: JAX's
     default backend), or None."""
     return NO_YNN if family == "cnn" and (platform or jax.default_backend()) == "cpu" else None
@@ -64,9 +65,31 @@ def jit(fn, family: str, **kwargs):
     @functools.wraps(fn)
     def call(*args, **kw):
         leaves = jax.tree.leaves((args, kw))
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        if _traced(leaves):
             return plain(*args, **kw)
         return (cpu if _platform(leaves) == "cpu" else plain)(*args, **kw)
+
+    return call
+
+
+def _traced(leaves) -> bool:
+    """Whether a call with these argument leaves is made inside another traced function (where JAX refuses
+    compiler options)."""
+    return any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def one_shot_jit(fn, family: str | None = None, **kwargs):
+    """``jax.jit(fn, **kwargs)`` for a program that runs once (initial parameters and states), compiled
+    with :func:`one_shot_options` ``(family)`` when called at the top level; called inside another traced
+    function it runs as a plain nested jit (as :func:`jit`)."""
+    options = one_shot_options(family)
+    if not options:
+        return jax.jit(fn, **kwargs)
+    plain, once = jax.jit(fn, **kwargs), jax.jit(fn, compiler_options=options, **kwargs)
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        return (plain if _traced(jax.tree.leaves((args, kw))) else once)(*args, **kw)
 
     return call
 

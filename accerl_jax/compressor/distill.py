@@ -154,7 +154,7 @@ def distill(
     # (docs/DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
     fuse = student.family == "mlp"
 
-    @jax.jit
+    @functools.partial(xla.one_shot_jit, family=student.family)  # runs once
     def _init(key, params):
         if init_student is None:
             student_params = networks.build(student).init(key, jnp.zeros((1,) + student.obs_shape, jnp.float32))

@@ -18,18 +18,14 @@ from accerl_jax.run import Run, policy_versions
 def initial_state(run: Run, seed: int) -> AnakinState:
     """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it.
 
-    It is built by one jitted program (compiled once, with :func:`accerl_jax.xla.one_shot_options`: it
-    runs once), not op by op. With several processes that program runs over the global mesh (every
-    process runs it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. A host
-    (envpool) env's reset cannot be traced, nor can a learner mesh that leaves out a local device
-    (``--actor-device cpu-apart``) be nested in one program over all of them: those build it piece by
-    piece."""
-    several = run.num_processes > 1
-    if not (several or (run.info.jittable and run.plan.first_learner_device == 0)):
-        return _initial_state(run, seed)
-    placement = {"out_shardings": state_sharding(run)} if several else {}
-    return jax.jit(lambda: _initial_state(run, seed), compiler_options=xla.one_shot_options(run.spec.family),
-                   **placement)()
+    With several processes it is built by one jitted program over the global mesh (every process runs
+    it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. Its pieces (network,
+    optimiser and student initialisation) compile with :func:`accerl_jax.xla.one_shot_options`: each runs
+    once."""
+    if run.num_processes > 1:
+        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),
+                       compiler_options=xla.one_shot_options(run.spec.family))()
+    return _initial_state(run, seed)
 
 
 def _initial_state(run: Run, seed: int) -> AnakinState:
