@@ -26,7 +26,11 @@ from accerl_jax.types import Rollout
 T, B = 4, 16
 SPEC = networks.default_spec((4,), 2)
 APPLY = networks.make_apply(SPEC)
-PARAMS = networks.init_params(SPEC, jax.random.PRNGKey(0))
+# A fresh policy head's logits are ~0.01, where int8's KL(pi || mu) can round to exactly 0 on some CPUs and
+# tie with `none`'s; scaled up, the logits are O(1), as a trained policy's, and every compressed
+# candidate's KL is clearly above the tests' tiny bound (1e-12).
+_FRESH = networks.init_params(SPEC, jax.random.PRNGKey(0))
+PARAMS = {"params": dict(_FRESH["params"], policy_head=jax.tree.map(lambda w: 100.0 * w, _FRESH["params"]["policy_head"]))}
 OBS = jax.random.normal(jax.random.PRNGKey(1), (T, B, 4))
 
 

@@ -791,8 +791,8 @@ def test_prune_keeps_highest_l1_units_and_shrinks_arrays():
 
 def _np_int8_reference(params, quantized, calib_obs, obs):
     """Static-range int8 MLP policy by hand (numpy float32) on ``obs``: weights per output channel at
-    absmax/127.5 (checked against the int8 weights qwix stored, which are then used: at exactly half a
-    step, the channel's largest weight, float rounding may go either way); one activation scale per layer
+    absmax/127.5 (checked against the int8 weights qwix stored, which are then used: within float error
+    of half a step, float rounding may go either way); one activation scale per layer
     input, absmax/127.5 of that input in the *float* network on ``calib_obs``; int32 accumulation;
     heads in float."""
     p = jax.tree.map(lambda x: np.asarray(x, np.float32), params["params"])
@@ -805,9 +805,12 @@ def _np_int8_reference(params, quantized, calib_obs, obs):
         ws = np.abs(w).max(axis=0, keepdims=True) / bound
         stored = quantized["params"][name]["kernel"].array
         qw = np.asarray(stored.qvalue).astype(np.int32)
-        exact = np.clip(np.round(w / ws), -128, 127)
-        inside = np.abs(w / ws) < 127.4
-        np.testing.assert_array_equal(qw[inside], exact[inside])
+        steps = w / ws
+        exact = np.clip(np.round(steps), -128, 127)
+        # Within float error of half a step (the channel's largest weight at 127.5, or any weight at
+        # k + 0.5: one of ~65k lands there for some initialisations) rounding may go either way.
+        clear = (np.abs(steps) < 127.4) & (np.abs(np.abs(steps) % 1.0 - 0.5) > 1e-4)
+        np.testing.assert_array_equal(qw[clear], exact[clear])
         assert np.abs(qw - exact).max() <= 1
         np.testing.assert_allclose(np.asarray(stored.scale), ws, rtol=1e-6)
         xs = np.float32(x_absmax) / bound
