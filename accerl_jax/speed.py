@@ -47,6 +47,7 @@ def policy_speedup(
     family: str = "mlp",
     rounds: int = 3,
     repeats: int = 5,
+    identical: bool = False,
 ) -> dict:
     """Forward-pass speed of the compressed policy relative to the uncompressed one.
 
@@ -57,6 +58,8 @@ def policy_speedup(
       family: network family; conv networks on CPU are timed in every configuration of
         :func:`accerl_jax.xla.candidate_configs` and the fastest is kept for each policy.
       rounds: interleaved measurement rounds (median taken), to share machine noise between the two.
+      identical: the actor runs the uncompressed policy itself (``--compressor none``): only it is timed,
+        and the speedup is 1 by definition (timing it twice would report noise as a speedup).
 
     Returns:
       dict with ``base_forward_s`` and ``actor_forward_s`` (seconds per forward pass of ``B``
@@ -65,13 +68,14 @@ def policy_speedup(
     """
     configs = xla.candidate_configs(family)
     base_fns = {n: _scan_forward(base_apply, o) for n, o in configs.items()}
-    actor_fns = {n: _scan_forward(actor_apply, o) for n, o in configs.items()}
+    actor_fns = base_fns if identical else {n: _scan_forward(actor_apply, o) for n, o in configs.items()}
     base_t = {n: [] for n in configs}
-    actor_t = {n: [] for n in configs}
+    actor_t = base_t if identical else {n: [] for n in configs}
     for _ in range(rounds):
         for n in configs:
             base_t[n].append(forward_seconds(base_fns[n], base_params, obs_seq, repeats))
-            actor_t[n].append(forward_seconds(actor_fns[n], actor_params, obs_seq, repeats))
+            if not identical:
+                actor_t[n].append(forward_seconds(actor_fns[n], actor_params, obs_seq, repeats))
     base_name = min(configs, key=lambda n: np.median(base_t[n]))
     actor_name = min(configs, key=lambda n: np.median(actor_t[n]))
     base_s = float(np.median(base_t[base_name]))
