@@ -139,6 +139,7 @@ def measure(args, budget_s: float | None = None) -> dict:
                     break
                 logdir = os.path.join(tmp, f"{compressor.replace(':', '_')}-{repeat}")
                 cfg = Config(env=opts["env"], loop="sebulba", actor_device="cpu-apart", compressor=compressor,
+                             loss="actor-critic",  # IMPALA's, as the Atari preset (one step per update)
                              num_envs=opts["num_envs"], rollout_length=opts["rollout_length"],
                              total_steps=opts["updates"] * steps_per_update, actor_batch=opts["actor_batch"],
                              queue_size=opts["queue_size"], distill_steps=opts["distill_steps"],

@@ -69,7 +69,8 @@ def trained_policy(args, spec: networks.NetworkSpec):
     final: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(env=args.env, compressor="none", total_steps=args.train_steps, num_envs=args.train_envs,
-                     seed=args.seed, logdir=os.path.join(tmp, "run"), progress=False, log_every=50)
+                     seed=args.seed, logdir=os.path.join(tmp, "run"), progress=False, log_every=50,
+                     loss=args.loss, hidden_sizes=tuple(args.hidden_sizes or ()))
         summary = train(cfg, trained=final)
     if args.checkpoint:
         ckpt = ocp.StandardCheckpointer()
@@ -115,6 +116,9 @@ def main(argv=None) -> dict:
     p.add_argument("--checkpoint", default=None, help="orbax folder of trained learner params (restored, or written)")
     p.add_argument("--train-steps", type=int, default=200_000, help="agent steps of the built-in training")
     p.add_argument("--train-envs", type=int, default=16)
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=None,
+                   help="the learner network's widths (default: the default network, accerl_jax.networks.default_spec)")
+    p.add_argument("--loss", default="auto", help="the teacher's training loss (--loss of accerl_jax.train)")
     p.add_argument("--distill-steps", type=int, default=2000, help="distillation gradient steps per student")
     p.add_argument("--distill-lr", type=float, default=1e-3)
     p.add_argument("--rollout-length", type=int, default=16, help="T of each timed actor rollout")
@@ -134,6 +138,8 @@ def main(argv=None) -> dict:
     env = make_env(args.env, args.num_envs, args.seed)
     info = env.info
     spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
+    if args.hidden_sizes:
+        spec = networks.with_widths(spec, args.hidden_sizes)
     learner_apply = networks.make_apply(spec)
     teacher, training = trained_policy(args, spec)
     print(f"[{time.perf_counter() - t_start:6.0f}s] teacher ready: {training}", flush=True)

@@ -42,6 +42,8 @@ def tables(run: str, out: str) -> list[tuple[str, list[str]]]:
         ("actor_time_cartpole", [PY, x("actor_time.py"), "--env", "gymnax:CartPole-v1", "--num-envs", "1024",
                                  "--methods", ACTOR_METHODS_MLP, "--train-steps", "400000", "--distill-steps", "2000",
                                  "--rounds", "5", "--repeats", "3", "--checkpoint", os.path.join(ck, "cartpole"),
+                                 # the network and teacher of RESULTS section 1 (the defaults before APPO)
+                                 "--hidden-sizes", "256", "256", "--loss", "actor-critic",
                                  "--out", os.path.join(d, "actor_time_cartpole.json")]),
         ("paper_tables_classic", [PY, x("paper_tables.py"), "--envs", "cartpole", "acrobot", "--seeds", "3",
                                   "--methods", TRAIN_METHODS, "--skip-actor-time",

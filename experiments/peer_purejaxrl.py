@@ -5,7 +5,8 @@ Each round runs, for one seed, interleaved so that load on a shared machine fall
 - ``default``: ``python -m accerl_jax.train`` (the README's main job) with an empty compilation cache
   (``--compile-cache`` a fresh folder: a first run on a machine), then ``default, rerun``: the same
   command again on that cache (every later run);
-- ``none`` and ``none, rerun``: the same with ``--compressor none``;
+- ``compressed`` and ``compressed, rerun``: the same with ``--compressor`` ``--compressed`` (default
+  ``distill:small``; the default job itself runs ``none``);
 - ``purejaxrl``: ``purejaxrl/ppo.py``'s ``make_train`` with its own CartPole-v1 config (``DEBUG`` off),
   jitted and called once, in its own virtual environment (the pins in ../shared/peers.md).
 
@@ -122,10 +123,12 @@ def main(argv=None) -> dict:
     p.add_argument("--purejaxrl", required=True, help="a checkout of luchris429/purejaxrl")
     p.add_argument("--python", required=True, help="the Python of PureJaxRL's own virtual environment")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--compressed", default="distill:small", help="the compressor run beside the default job")
     p.add_argument("--out", default=os.path.join(REPO, "experiments", "results", "cpu-2core", "peer_purejaxrl.json"))
     args = p.parse_args(argv)
-    ours = {"default": [], "none": ["--compressor", "none"]}
-    runs: dict[str, list] = {k: [] for k in ("default", "default, rerun", "none", "none, rerun", "purejaxrl")}
+    ours = {"default": [], args.compressed: ["--compressor", args.compressed]}
+    runs: dict[str, list] = {k: [] for name in ours for k in (name, f"{name}, rerun")}
+    runs["purejaxrl"] = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for name, extra in ours.items():

@@ -1,7 +1,8 @@
 """Training throughput of the loops against a bare jitted rollout+update function.
 
 Measured side by side in ONE process, on gymnax CartPole-v1 at the default job's sizes (16 envs x 16
-steps per update, MLP(256, 256), V-trace actor-critic), each with compressor ``none`` and with a
+steps per update, the default network, IMPALA's V-trace actor-critic: one gradient step per update, as
+the bare program takes; ``--loss actor-critic`` in the loops), each with compressor ``none`` and with a
 compressor (``distill:small`` by default):
 
 * ``bare``: a hand-written jitted ``lax.scan`` over updates -- the AnakinActor-style rollout (policy sample
@@ -37,6 +38,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The loops' loss: the bare program's (one V-trace actor-critic step per update), not the main job's APPO.
+LOSS = dict(loss="actor-critic")
 
 
 def parse_args(argv=None):
@@ -65,7 +68,7 @@ def run_loop(loop_name: str, compressor: str, args) -> dict:
     from accerl_jax import loop
     from accerl_jax.config import Config
 
-    cfg = Config(env=args.env, compressor=compressor, loop=loop_name, total_steps=16 * 16 * args.updates,
+    cfg = Config(env=args.env, compressor=compressor, loop=loop_name, total_steps=16 * 16 * args.updates, **LOSS,
                  logdir=tempfile.mkdtemp(prefix=f"throughput-{loop_name}-"), progress=False, checkpoint_every=0)
     summary = loop.train(cfg)
     rows = _rows(cfg.logdir)
@@ -96,7 +99,7 @@ def make_bare(compressor_spec: str, args):
     from accerl_jax.envs import make_env
     from accerl_jax.config import Config
 
-    cfg = Config(env=args.env, compressor=compressor_spec)
+    cfg = Config(env=args.env, compressor=compressor_spec, **LOSS)
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)
     info = env.info
     spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
@@ -172,7 +175,7 @@ def measure_programs(compressor: str, args, chunk: int = 10, rounds: int = 8) ->
 
     bare, bare_state, _ = make_bare(compressor, args)
     n = jnp.zeros((chunk,))
-    cfg = Config(env=args.env, compressor=compressor, progress=False,
+    cfg = Config(env=args.env, compressor=compressor, progress=False, **LOSS,
                  logdir=tempfile.mkdtemp(prefix="throughput-program-"))
     run = run_lib.setup(cfg, [])
     fn = anakin_program.make_chunk(run)

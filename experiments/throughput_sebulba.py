@@ -82,6 +82,7 @@ def measure(args) -> dict:
                     sebulba = dict(actor_threads=opts["actor_threads"], actor_batch=batch,
                                    queue_size=opts["queue_size"]) if loop == "sebulba" else {}
                     cfg = Config(env=opts["env"], loop=loop, compressor=compressor, num_envs=opts["num_envs"],
+                                 loss="actor-critic",  # IMPALA's, as the Atari preset (one step per update)
                                  rollout_length=opts["rollout_length"], total_steps=opts["updates"] * steps_per_update,
                                  distill_steps=opts["distill_steps"], log_every=opts["log_every"], checkpoint_every=0,
                                  progress=False, logdir=logdir, **sebulba)
