@@ -54,7 +54,7 @@ UNSET = {
     "process_id": ("INT", "unset: $JAX_PROCESS_ID"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
-HIDDEN_SIZES_UNSET = "unset: 256 256 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
+HIDDEN_SIZES_UNSET = "unset: 64 64 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
 # Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
 HIDDEN_ALIASES = {"--lambda_": "--lambda"}
 

@@ -33,8 +33,9 @@ class Config:
     env: str = "gymnax:CartPole-v1"
     """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
     (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
-    compressor: str = "distill:small"
-    """Actor policy compressor: 'none'; 'distill:<tiny|small|half>' (distillation into a smaller student);
+    compressor: str = "none"
+    """Actor policy compressor: 'none' (default: the learner's own policy, the fastest choice where actor,
+    learner and compression share one CPU; see README "Where compression pays"); 'distill:<tiny|small|half>' (distillation into a smaller student);
     'prune:<fraction>' (structured pruning: a smaller network), 'prune:<f>+distill' (pruned, then
     fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
     global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',
@@ -57,14 +58,15 @@ class Config:
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
     or 'none' (no correction, ρ = 1)."""
-    loss: str = "actor-critic"
+    loss: str = "auto"
     """Learner loss: 'actor-critic' (IMPALA's; with --corrector retrace, the Retrace actor-critic with a
-    Q head) or 'appo' (PPO's clipped surrogate on the corrector's advantages, --epochs passes of
-    --minibatches steps per rollout; not with retrace)."""
+    Q head), 'appo' (PPO's clipped surrogate on the corrector's advantages, --epochs passes of
+    --minibatches steps per rollout; not with retrace) or 'auto' (default): 'appo', or 'actor-critic' with
+    --corrector retrace."""
     ppo_clip: float = 0.2
     """APPO: the surrogate clips the ratio π/π_old to [1 - ε, 1 + ε]."""
-    epochs: int = 1
-    """APPO: passes over each rollout (1 with --loss actor-critic)."""
+    epochs: int = 0
+    """APPO: passes over each rollout; 0 (default): 8 with appo, 1 with actor-critic (which takes only 1)."""
     minibatches: int = 1
     """APPO: minibatches (groups of whole trajectories) per pass; num-envs must be a multiple of
     minibatches × devices (1 with --loss actor-critic)."""
@@ -101,7 +103,7 @@ class Config:
     policy_lag: int = 0
     """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
     before the latest (0: those made after the previous update)."""
-    total_steps: int = 800_000
+    total_steps: int = 200_000
     """Training budget in agent steps, summed over all environments; rounded down to whole rollouts
     (num-envs × rollout-length steps each), at least one."""
     num_envs: int = 16
@@ -282,7 +284,7 @@ def validate(cfg: Config) -> None:
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
         ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
         ("ppo_clip", 0.0 < cfg.ppo_clip < 1.0, "a number in (0, 1)"),
-        ("epochs", 0 < cfg.epochs <= 1000, "an integer in [1, 1000]"),
+        ("epochs", 0 <= cfg.epochs <= 1000, "an integer in [1, 1000], or 0 for the loss's default"),
         ("minibatches", 0 < cfg.minibatches <= 65536, "an integer in [1, 65536]"),
         ("policy_lag", 0 <= cfg.policy_lag <= 1000, "an integer in [0, 1000]"),
         ("compress_every", 0 < cfg.compress_every <= big, "an integer in [1, 2^31)"),

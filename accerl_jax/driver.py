@@ -367,9 +367,11 @@ class _NoLock:
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
     """The actor's policy speedup over the learner's (:func:`accerl_jax.speed.policy_speedup`) on
-    ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.SPEED_FORWARDS` steps are used)."""
+    ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.SPEED_FORWARDS` steps are used); with
+    ``--compressor none`` only the learner's policy is timed (the actor runs it: speedup 1)."""
     return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
-                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family)
+                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family,
+                                identical=run.cfg.compressor == "none")
 
 
 def unmeasured_speed(run: Run) -> dict:
@@ -402,7 +404,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "env": cfg.env,
         "compressor": cfg.compressor,
         "corrector": cfg.corrector,
-        "loss": cfg.loss,
+        "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
+        "epochs": run.loss_cfg.epochs,
+        "minibatches": run.loss_cfg.minibatches,
         "policy_lag": cfg.policy_lag,
         "seed": cfg.seed,
         "num_envs": info.num_envs,

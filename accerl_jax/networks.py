@@ -183,7 +183,8 @@ def default_spec(
     obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False, *, action_dim: int = 0,
     q_head: bool = False,
 ) -> NetworkSpec:
-    """The learner network for an observation shape: MLP(256, 256) for vectors, Nature CNN for images.
+    """The learner network for an observation shape: MLP(64, 64) for vectors (separate policy and value
+    trunks, as PureJaxRL's and CleanRL's PPO), Nature CNN for images.
 
     ``action_dim`` > 0 asks for a Gaussian policy over ``action_dim`` continuous actions (vector
     observations only); ``q_head`` for a Q head (discrete only).
@@ -196,7 +197,7 @@ def default_spec(
     if action_dim and q_head:
         raise ValueError("a Q head needs discrete actions; continuous actions have no finite Q table")
     if len(obs_shape) == 1:
-        return NetworkSpec("mlp", (256, 256), num_actions, tuple(obs_shape), action_dim=action_dim, q_head=q_head)
+        return NetworkSpec("mlp", (64, 64), num_actions, tuple(obs_shape), action_dim=action_dim, q_head=q_head)
     if len(obs_shape) == 3:
         if action_dim:
             raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "

@@ -149,14 +149,16 @@ def test_summary_reports_the_start_up(single):
 
 
 def test_the_default_jobs_pieces_have_positive_flops(tmp_path):
-    """The default job's pieces (distill:small student acting, B=16, T=16), counted by XLA's cost analysis
-    without compiling: every piece does work, the student's rollout less than the learner's own policy's."""
+    """The default job's pieces (B=16, T=16, APPO) with a distill:small student acting, counted by XLA's cost
+    analysis without compiling: every piece does work, the student's rollout less than the learner's own
+    policy's."""
     import jax
 
     from accerl_jax import run as run_lib
     from accerl_jax.loops import pieces
 
-    run = run_lib.setup(Config(logdir=str(tmp_path / "run"), progress=False, total_steps=16 * 16 * 2), [])
+    run = run_lib.setup(Config(compressor="distill:small", logdir=str(tmp_path / "run"), progress=False,
+                               total_steps=16 * 16 * 2), [])
     try:  # only shapes count: the actor's and compressor's states as shapes (nothing compiled)
         carry = jax.eval_shape(run.actor.reset, run.k_actor)
         actor_params, comp_state = jax.eval_shape(run.compressor.init, run.params, run.k_comp, carry.obs)
@@ -259,7 +261,8 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
 @pytest.mark.slow
 @pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "envpool:CartPole-v1"])
 def test_anakin_default_job_solves_cartpole(tmp_path, env):
-    """The default job (800k steps, distill:small, V-trace) in the Anakin loop reaches CartPole's solved
+    """The default job (200k steps, APPO with 8 epochs on V-trace advantages, MLP(64, 64), the learner's own
+    policy acting) in the Anakin loop reaches CartPole's solved
     return (mean of the last 100 episodes >= 475), with gymnax or with envpool through its XLA interface."""
     summary = loop.train(Config(env=env, loop="anakin", logdir=str(tmp_path / "run"), progress=False))
     assert summary["loop"] == "anakin" and summary["stopped"] is None

@@ -282,10 +282,10 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     programs = chunks[0].programs
     assert sorted(programs) == [0, 1] and summary["auto_chunk_programs"] == ["distill:tiny", "none"]
     assert all(p.jitted._cache_size() == 1 for p in programs.values())
-    # The learner continued across the switches: its optimizer took one step per update, and the
-    # decisions read the update counter from the states the switches produced.
+    # The learner continued across the switches: its optimizer took every update's steps (APPO's epochs
+    # x minibatches), and the decisions read the update counter from the states the switches produced.
     leaves = checkpoint.read_leaves(cfg.logdir, updates)
-    assert int(leaves[".learner.step"]) == updates, list(leaves)
+    assert int(leaves[".learner.step"]) == updates * summary["epochs"] * summary["minibatches"], list(leaves)
     # The student resumed where it stopped: compress calls = 4 (warm-up, update 0) + 10 (updates 1-10)
     # + 4 (warm-up, update 20) + 12 (updates 21-32), each of cfg.distill_steps gradient steps.
     assert int(leaves[".compressor['distill'].steps"]) == (4 + 10 + 4 + 12) * cfg.distill_steps

@@ -63,8 +63,11 @@ def test_cli_gymnax_smoke(tmp_path):
                    "--log-every", "4", "--logdir", logdir, "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = check_outputs(logdir, 1024)
-    assert summary["env"] == "gymnax:CartPole-v1" and summary["compressor"] == "distill:small"
-    assert summary["actor_params"] < summary["learner_params"]
+    # The defaults: the learner's own policy acts (speedup 1 by definition), APPO with 8 epochs, MLP(64, 64).
+    assert summary["env"] == "gymnax:CartPole-v1" and summary["compressor"] == "none"
+    assert summary["actor_params"] == summary["learner_params"] and summary["actor_policy_speedup"] == 1.0
+    assert (summary["loss"], summary["epochs"], summary["minibatches"]) == ("appo", 8, 1)
+    assert summary["learner_network"]["widths"] == [64, 64]
     assert summary["episodes"] > 0 and summary["final_return_mean"] > 0
     assert "actor policy forward speed" in proc.stdout
 
@@ -169,9 +172,12 @@ def test_default_job_solves_cartpole(tmp_path):
     with open(os.path.join(logdir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["final_return_mean"] >= 475.0, summary
-    assert summary["actor_policy_speedup"] > 1.0, summary
-    # The cost split of its pieces (FLOPs: no --cost-split) and its start-up, in the summary and the table.
+    assert summary["compressor"] == "none" and summary["actor_policy_speedup"] == 1.0, summary  # its own policy
+    # The cost split of its pieces (FLOPs: no --cost-split) and its start-up, in the summary and the table:
+    # the actor runs the learner's policy, and compression (the identity) does no work.
     flops = summary["cost_split"]["flops"]
-    assert all(flops[f"{k}_flops_per_update"] > 0 for k in ("actor", "uncompressed_actor", "learner", "compress"))
+    assert all(flops[f"{k}_flops_per_update"] > 0 for k in ("actor", "uncompressed_actor", "learner"))
+    assert flops["actor_flops_per_update"] == flops["uncompressed_actor_flops_per_update"]
+    assert flops["compress_flops_per_update"] == 0 and flops["predicted_saving"] == 0
     assert 0 < summary["startup_before_train_s"] < summary["startup_s"] < summary["wall_time_s"] + summary["startup_before_train_s"]
     assert "FLOPs" in proc.stdout and "start-up" in proc.stdout

@@ -41,9 +41,13 @@ def test_cli_corrector_and_loss_smoke(tmp_path, capsys, args):
     assert code == 0, err[-3000:]
     summary = check_outputs(logdir, 1024)
     cfg = summary["config"]
-    assert summary["corrector"] == cfg["corrector"] and summary["loss"] == cfg["loss"]
+    # --loss auto (the default) resolves to appo, or actor-critic with retrace; --epochs 0 to 8 or 1.
+    loss = cfg["loss"] if cfg["loss"] != "auto" else "actor-critic" if cfg["corrector"] == "retrace" else "appo"
+    assert summary["corrector"] == cfg["corrector"] and summary["loss"] == loss
+    assert summary["epochs"] == (cfg["epochs"] or (8 if loss == "appo" else 1))
+    assert summary["minibatches"] == cfg["minibatches"]
     assert np.isfinite(summary["kl_learner_actor"])
-    if "appo" in args:
+    if "appo" in args or "retrace" not in args:
         assert summary["loss"] == "appo"
     if "gymnax:Pendulum-v1" in args:
         assert summary["episodes"] == 0 or summary["final_return_mean"] < 0  # Pendulum rewards are negative
@@ -95,9 +99,10 @@ def test_policy_lag_makes_the_actor_stale(tmp_path):
 
 
 def test_gaussian_policy_distils_into_a_student(tmp_path):
-    """The default compressor (distill:small) on a continuous env: the student tracks the Gaussian teacher."""
-    summary = train(Config(env="gymnax:Pendulum-v1", total_steps=4096, num_envs=16, rollout_length=16,
-                           distill_steps=8, log_every=4, progress=False, logdir=str(tmp_path / "run")))
+    """distill:small on a continuous env: the student tracks the Gaussian teacher."""
+    summary = train(Config(env="gymnax:Pendulum-v1", compressor="distill:small", total_steps=4096, num_envs=16,
+                           rollout_length=16, distill_steps=8, log_every=4, progress=False,
+                           logdir=str(tmp_path / "run")))
     assert summary["compressor"] == "distill:small" and summary["updates"] == 16
     assert summary["actor_params"] < summary["learner_params"] / 4
     assert 0.0 <= summary["kl_learner_actor"] < 0.05  # the student starts at a different mean; it is pulled in
@@ -109,7 +114,8 @@ def test_gaussian_policy_distils_into_a_student(tmp_path):
         (dict(env="gymnax:Pendulum-v1", corrector="retrace", compressor="none"), "discrete actions"),
         (dict(loss="appo", corrector="retrace"), "retrace"),
         (dict(loss="ppo"), "--loss"),
-        (dict(epochs=2), "appo"),
+        (dict(loss="actor-critic", epochs=2), "appo"),
+        (dict(corrector="retrace", epochs=2), "appo"),  # --loss auto is actor-critic with retrace
         (dict(loss="appo", minibatches=3), "--minibatches 3"),
         (dict(policy_lag=-1), "--policy-lag"),
         (dict(ppo_clip=1.5), "--ppo-clip"),

@@ -28,7 +28,11 @@ import pytest
 from two_devices import ROOT, device_env, run_device_main
 
 # The main job (default compressor, corrector and loop) at a tiny budget: 6 updates of 8 envs x 8 steps.
-MAIN = dict(num_envs=8, rollout_length=8, total_steps=8 * 8 * 6, log_every=2, checkpoint_every=0, progress=False)
+# The main job's settings (APPO, MLP(64, 64), the Anakin loop) with a tiny budget, and a distillation student
+# acting: the default compressor, none, is the identity, so distill:small also covers the compressor's
+# steps on the global batch's observations over several devices and processes.
+MAIN = dict(num_envs=8, rollout_length=8, total_steps=8 * 8 * 6, log_every=2, checkpoint_every=0, progress=False,
+            compressor="distill:small")
 MAIN_SEED = 0  # Config's default --seed
 SUMMARY_KEYS = ("loop", "compressor", "devices", "learner_devices", "updates", "learner_batch", "total_env_steps",
                 "final_return_mean", "num_processes")
@@ -343,8 +347,8 @@ def main_job_one_device(tmp_path_factory):
 
 @pytest.mark.parametrize("n, num_seeds", [(2, 2), (4, 1)])
 def test_main_job_on_n_devices_equals_one_device(tmp_path, main_job_one_device, n, num_seeds):
-    """The main job (distill:small, the Anakin loop) on 2 and 4 devices: the same rollouts (every env its
-    own key, :mod:`accerl_jax.shards`) and, to float tolerance, the same learner as on one device; the
+    """The main job (:data:`MAIN`: APPO, a distill:small student acting, the Anakin loop) on 2 and 4
+    devices: the same rollouts (every env its own key, :mod:`accerl_jax.shards`) and, to float tolerance, the same learner as on one device; the
     carry is sharded along the batch axis, the learner replicated, and the chunk compiles once (with
     ``--num-seeds`` too)."""
     _, one, want = main_job_one_device
@@ -414,7 +418,7 @@ def two_process_run(tmp_path_factory):
 def test_two_processes_cli_train_the_main_job_to_the_end(two_process_run, main_job_one_device):
     """Both processes end with bitwise-equal learners, only process 0 writes, and the learner equals, to
     float tolerance, one process's with the same global batch (the Anakin program runs on global arrays:
-    the same rollouts, and the default compressor distills on the global observations)."""
+    the same rollouts, and the distill:small student of :data:`MAIN` distils on the global observations)."""
     tmp_path, logdir, outs = two_process_run
     digests = _digests(outs)
     assert digests[0] == digests[1]  # bitwise-equal learner parameters on both processes
@@ -603,13 +607,16 @@ def test_two_processes_take_the_same_auto_decisions(tmp_path, loop_name):
     for both (each process measures its own, on its own share of the machine), so both take the same
     decisions, warm the same candidates on the global batch's observations, and end with bitwise-equal
     learner and actor parameters. (The student's KL exceeds the tiny bound, so the first evaluation
-    always decides: it switches to ``none``, whatever the timings.)"""
+    always decides: it switches to ``none``, whatever the timings. The learner is MLP(256, 256): at the
+    reset observations of the first evaluation, CartPole's ~0.05, the default MLP(64, 64)'s logits and its
+    student's are so close to 0 that their KL can round below the bound, which would skip that evaluation.)"""
     logdir = tmp_path / "run"
     (tmp_path / "out").mkdir()
     port = _free_port()
     cmds, envs = _two_process_cmds(tmp_path, port, lambda pid: [
         sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", loop_name, "--compressor", "auto",
-        "--auto-candidates", "distill:tiny,none", "--max-actor-kl", "1e-12", "--auto-every", "2", "--logdir", str(logdir),
+        "--auto-candidates", "distill:tiny,none", "--max-actor-kl", "1e-12", "--auto-every", "2", "--hidden-sizes", "256",
+        "256", "--logdir", str(logdir),
         "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])
     outs = _launch(cmds, envs, tmp_path / "out")
     decided = [[ln for ln in out.splitlines() if ln.startswith("auto, update ")] for out in outs]

@@ -45,12 +45,17 @@ def _tree_hashes(root) -> dict:
     return out
 
 
+# The MLP runs' learner widths: a student of MLP(256, 256) is large enough that its int8 weights, not the
+# exported program's fixed overhead (~16 kB), decide the program's size (the sizes the tests compare).
+MLP_WIDTHS = (256, 256)
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """A trained run: CartPole, distill:small+int8, 2 updates of 2 envs x 4 steps, checkpoint 2."""
     logdir = tmp_path_factory.mktemp("real") / "run"
     cfg = Config(compressor="distill:small+int8", total_steps=16, num_envs=2, rollout_length=4, distill_steps=1,
-                 logdir=str(logdir), progress=False)
+                 hidden_sizes=MLP_WIDTHS, logdir=str(logdir), progress=False)
     summary = train(cfg)
     assert summary["updates"] == 2
     return logdir
@@ -59,7 +64,7 @@ def real_run(tmp_path_factory):
 def _write_run(logdir, env_id: str, compressor: str) -> str:
     """A run folder holding checkpoint 1 of untrained networks, written as training writes it."""
     cfg = Config(env=env_id, compressor=compressor, num_envs=2, rollout_length=4, total_steps=8, distill_steps=1,
-                 logdir=str(logdir), progress=False)
+                 hidden_sizes=MLP_WIDTHS if env_id == "gymnax:CartPole-v1" else (), logdir=str(logdir), progress=False)
     env = make_env(cfg.env, cfg.num_envs)
     spec = plan_lib.make_plan(cfg, env.info, plan_lib.check_config(cfg)).spec
     k_net, k_comp, k_env = jax.random.split(jax.random.PRNGKey(3), 3)

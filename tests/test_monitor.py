@@ -21,13 +21,26 @@ from accerl_jax.config import Config, ConfigError
 from accerl_jax.monitor import LEGEND, Monitor, print_summary, require_wandb, tensorboard_tag
 
 UPDATES = 6
+
+
+def update_learning_rate(update: int, updates: int, steps_per_update: int, rate: float = 1e-3) -> float:
+    """The ``learning_rate`` logged for ``update`` (1-based) of a run of ``updates``: the mean over its
+    ``steps_per_update`` optimizer steps (APPO's epochs x minibatches; 1 for the actor-critic) of the rate
+    annealed linearly from ``rate`` to 0 over all ``updates * steps_per_update`` steps (optax counts from 0)."""
+    first = (update - 1) * steps_per_update
+    mean_step = first + (steps_per_update - 1) / 2
+    return rate * (1 - mean_step / (updates * steps_per_update))
+
+
 NEW_METRICS = ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learning_rate", "grad_norm", "loss",
                "policy_lag_versions", "length_mean", "kl_learner_actor", "action_agreement", "time_distill_s")
 
 
 def tiny(logdir, **kw) -> Config:
-    # The sequential loop: it times every stage (the Anakin loop's one fused program reports fused_wait_s).
+    # The sequential loop: it times every stage (the Anakin loop's one fused program reports fused_wait_s);
+    # a distilled student acts, so that compression and distillation take time to log.
     kw.setdefault("loop", "sequential")
+    kw.setdefault("compressor", "distill:small")
     return Config(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, logdir=str(logdir),
                   progress=False, **kw)
 
@@ -89,8 +102,9 @@ def test_every_run_logs_the_issue_6_metrics(runs):
     # --policy-lag 1: every logged update trained on a rollout of the policy one learner version old.
     assert {float(r["policy_lag_versions"]) for r in rows} == {1.0}
     lr = [float(r["learning_rate"]) for r in rows]
-    assert lr[0] > lr[1] > lr[2] > 0  # annealed linearly to 0 over the 6 updates: 1e-3 * (1 - (u - 1) / 6)
-    np.testing.assert_allclose(lr, [1e-3 * (1 - (u - 1) / UPDATES) for u in (2, 4, 6)], rtol=1e-5)
+    assert lr[0] > lr[1] > lr[2] > 0  # annealed linearly to 0 over the 6 updates' optimizer steps
+    k = summary["epochs"] * summary["minibatches"]
+    np.testing.assert_allclose(lr, [update_learning_rate(u, UPDATES, k) for u in (2, 4, 6)], rtol=1e-5)
     for r in rows:
         assert 0 <= float(r["rho_clipped_frac"]) <= float(r["c_clipped_frac"]) <= 1  # ρ̄ = c̄ = 1 here: equal
         assert 0 <= float(r["rho_beyond_frac"]) <= float(r["rho_clipped_frac"])

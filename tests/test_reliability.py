@@ -141,7 +141,7 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     last checkpoint removed (stopped after update 8 was logged, before it was saved): the resumed session
     logs updates 6 and 8 again, and TensorBoard shows each env step once, this session's value. A budget
     below the updates done, or one already finished, is refused."""
-    from test_monitor import read_tensorboard
+    from test_monitor import read_tensorboard, update_learning_rate
 
     ref_summary, _, ref_dir = reference
     which = ref_summary["loop"]
@@ -155,8 +155,9 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     assert summary["total_env_steps"] == 8 * 8 * 10 and steps(logdir) == [4, 8, 10]
     rows = metric_rows(logdir)
     assert [int(r["update"]) for r in rows] == [2, 4, 6, 8, 10]
-    # The learning rate follows the schedule of the new budget (linear to 0 over 10 updates).
-    assert float(rows[-1]["learning_rate"]) == pytest.approx(1e-3 * (1 - 9 / 10), rel=1e-5)
+    # The learning rate follows the schedule of the new budget (linear to 0 over 10 updates' optimizer steps).
+    k = summary["epochs"] * summary["minibatches"]
+    assert float(rows[-1]["learning_rate"]) == pytest.approx(update_learning_rate(10, 10, k), rel=1e-5)
     raw = read_tensorboard(logdir)["losses/loss"]
     assert [s for s, _ in raw] == [128, 256, 384, 512, 384, 512, 640]  # the first session's events stay in its file
     shown = read_tensorboard(logdir, purge=True)
@@ -215,7 +216,8 @@ def test_nan_gradients_skipped_and_counted(tmp_path, monkeypatch, which):
     assert summary["skipped_updates"] == 2
     assert float(metric_rows(logdir)[-1]["skipped_updates"]) == 2
     leaves = checkpoint.read_leaves(str(logdir), UPDATES)
-    assert int(leaves[".learner.step"]) == UPDATES - 2  # skipped updates kept the previous learner state
+    # Skipped updates kept the previous learner state: its optimizer steps count the other updates only.
+    assert int(leaves[".learner.step"]) == (UPDATES - 2) * summary["epochs"] * summary["minibatches"]
 
 
 def test_stop_signals_first_requests_second_abandons():
