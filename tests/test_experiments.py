@@ -152,3 +152,19 @@ def test_peer_purejaxrl_times_the_target_from_process_start_and_tabulates_ratios
     assert "| default | 30.0 | - (0 of 1) | - | 1.50 | - |" in md
     assert "| purejaxrl | 20.0 | 20.0 (1 of 1) | 500 | 1.00 | 1.00 |" in md
     assert peer._median([{"t": None}, {"t": 3.0}, {"t": 5.0}], "t") == 4.0  # over the runs that reached it
+
+
+def test_sweep_defaults_tabulates_every_seed_and_counts_the_misses():
+    sys.path.insert(0, os.path.join(REPO, "experiments"))
+    try:
+        import sweep_defaults as sweep
+    finally:
+        sys.path.pop(0)
+    run = lambda t, r, p: {"time_to_target_s": t, "final_return": r, "process_s": p}  # noqa: E731
+    result = {"host": "h", "cpu_count": 2, "seeds": [0, 1, 2], "configs": {
+        "default": {"flags": "", "runs": [run(8.0, 500.0, 12.0), run(10.0, 496.0, 13.0), run(9.0, 500.0, 11.0)]},
+        "slow": {"flags": "--epochs 4", "runs": [run(None, 218.0, 11.0), run(20.0, 490.0, 12.0), run(None, None, 10.0)]}}}
+    md = sweep.to_markdown(result)
+    assert "| default | `(none)` | 3 of 3 | 9.0 (8.0, 10.0, 9.0) | 12.0 | 500, 496, 500 |" in md
+    assert "| slow | `--epochs 4` | 1 of 3 | 20.0 (never, 20.0, never) | 11.0 | 218, 490, - |" in md
+    assert set(sweep.CONFIGS) >= {"default", "old-default"} and sweep.CONFIGS["default"] == ""
