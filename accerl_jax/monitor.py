@@ -478,7 +478,9 @@ class Monitor:
             axes[2].set_yscale("symlog", linthresh=1e-6)
         axes[2].set(title="KL(π_learner ‖ π_actor)", xlabel="env steps")
         fig.suptitle(title)
-        fig.tight_layout()
+        # Fixed margins: tight_layout measures every tick label first, about half the plot's time (~0.15 s of
+        # every run's end on a 2-core CPU).
+        fig.subplots_adjust(left=0.05, right=0.98, bottom=0.14, top=0.84, wspace=0.22)
         path = os.path.join(self.logdir, "curves.png")
         fig.savefig(path, dpi=80)
         plt.close(fig)
