@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_purejaxrl import run_ours  # noqa: E402  (one run of the main job, timed from process start)
+from peer_purejaxrl import TARGET, run_ours  # noqa: E402  (one run of the main job, timed from process start)
 from throughput_sebulba import write_outputs  # noqa: E402
 
 # name -> flags. The main job's defaults, the settings they replaced (IMPALA's actor-critic, MLP(256, 256),
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
             for name in names[k % len(names):] + names[:k % len(names)]:
                 runs[name].append(dict(seed=seed, **run_ours(seed, shlex.split(configs[name]), cache, tmp)))
                 print(name, runs[name][-1], flush=True)
-    result = {"host": platform.node(), "cpu_count": os.cpu_count(), "seeds": args.seeds, "target": 475.0,
+    result = {"host": platform.node(), "cpu_count": os.cpu_count(), "seeds": args.seeds, "target": TARGET,
               "command": "python experiments/sweep_defaults.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
               "configs": {name: {"flags": configs[name], "runs": r} for name, r in runs.items()}}
     md = to_markdown(result)
