@@ -35,8 +35,9 @@ class Config:
     (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
     compressor: str = "none"
     """Actor policy compressor: 'none' (default: the learner's own policy, the fastest choice where actor,
-    learner and compression share one CPU; see README "Where compression pays"); 'distill:<tiny|small|half>' (distillation into a smaller student);
-    'prune:<fraction>' (structured pruning: a smaller network), 'prune:<f>+distill' (pruned, then
+    learner and compression share one CPU; see README "Where compression pays");
+    'distill:<tiny|small|half>' (distillation into a smaller student); 'prune:<fraction>' (structured
+    pruning: a smaller network), 'prune:<f>+distill' (pruned, then
     fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
     global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',
     'fakequant:<bits 2-8>'. Chain with '+': network stage, then mask, then one quantizer, e.g.
