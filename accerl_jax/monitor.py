@@ -509,8 +509,9 @@ def print_summary(summary: dict) -> None:
              if "loop" in summary else "")
     resumed = (f"  resumed from update {summary['resumed_from_update']:,}"
                if summary.get("resumed_from_update") is not None else "")
-    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  corrector={summary['corrector']}"
-                        f"{where}{resumed}")
+    loss = f"  loss={summary['loss']}" if "loss" in summary else ""
+    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  "
+                        f"corrector={summary['corrector']}{loss}{where}{resumed}")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("share of wall", justify="right")

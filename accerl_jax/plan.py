@@ -64,6 +64,12 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     if loss == "auto":
         loss = "actor-critic" if cfg.corrector == "retrace" else "appo"
     epochs = cfg.epochs or (APPO_EPOCHS if loss == "appo" else 1)
+    if loss != "appo" and (epochs, cfg.minibatches) != (1, 1):
+        settings = {"epochs": cfg.epochs, "minibatches": cfg.minibatches}
+        given = " ".join(f"{flag(name)} {value}" for name, value in settings.items() if value not in (0, 1))
+        why = " (--loss auto with --corrector retrace)" if cfg.loss == "auto" else ""
+        raise ConfigError(f"bad {given} with --loss actor-critic{why}: it takes one gradient step per rollout; "
+                          "drop the flag, or use --loss appo (not with retrace)")
     try:
         return learner_lib.LossConfig(
             corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,

@@ -36,12 +36,22 @@ def parse_config(argv: list[str]) -> Config:
     return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``--help | head``): send the rest of it nowhere, so that neither
+    this print nor the interpreter's final flush raises (Python's advice for SIGPIPE, docs of ``signal``)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(sys.argv[1:] if argv is None else list(argv))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # --help into a reader that stopped early: nothing went wrong
+        _stdout_closed()
+        return 0
     from accerl_jax import distributed
 
     try:
@@ -50,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from accerl_jax.loop import train  # heavy imports after --help has been served
-    from accerl_jax.monitor import print_summary
 
     try:
         summary = train(cfg)
@@ -61,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted before the first update of this session finished; nothing to save (a new run's "
               "log folder was freed, a resumed run's checkpoints are unchanged)", file=sys.stderr)
         return exit_code(getattr(err, "signum", None))
+    try:
+        _report(summary)
+    except BrokenPipeError:  # the run and its files are complete; only the printed report was cut short
+        _stdout_closed()
+    return _exit_status(summary)
+
+
+def _report(summary: dict) -> None:
+    """Print the summary table and where the outputs are."""
+    from accerl_jax.monitor import print_summary
+
     print_summary(summary)
     if summary["num_processes"] > 1:  # multi-host: equal digests on every process = the same learner
         print(f"process {summary['process_id']} of {summary['num_processes']}: learner parameters digest "
@@ -72,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): "
               f"{summary['logdir']}; plot with: {plot_command(summary)}")
+
+
+def _exit_status(summary: dict) -> int:
+    """0 for a finished run; 130/143 (with how to resume) for an interrupted one, 1 for a diverged one."""
     if summary["stopped"] == "interrupted":
         if summary["logdir"] is None:  # multi-host: process 0 saved the run's checkpoint
             print(f"interrupted by {summary['exit_signal']} after update {summary['updates']}: process 0 saved the "

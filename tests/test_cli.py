@@ -157,6 +157,17 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path):
     assert sorted(os.listdir(logdir)) == ["summary.json"]
 
 
+def test_help_into_a_reader_that_stops_early_exits_0_without_a_traceback():
+    """``python -m accerl_jax.train --help | head``: the reader closes the pipe after a few lines."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "accerl_jax.train", "--help"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(200)  # the help's first lines, then the reader is gone
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_cli_help_lists_flags():
     proc = run_cli("--help")
     assert proc.returncode == 0

@@ -6,6 +6,8 @@ The command lines run in-process through :func:`accerl_jax.train.main`, the entr
 saves a start-up of several seconds per command."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -114,8 +116,10 @@ def test_gaussian_policy_distils_into_a_student(tmp_path):
         (dict(env="gymnax:Pendulum-v1", corrector="retrace", compressor="none"), "discrete actions"),
         (dict(loss="appo", corrector="retrace"), "retrace"),
         (dict(loss="ppo"), "--loss"),
-        (dict(loss="actor-critic", epochs=2), "appo"),
-        (dict(corrector="retrace", epochs=2), "appo"),  # --loss auto is actor-critic with retrace
+        (dict(loss="actor-critic", epochs=2), "bad --epochs 2 with --loss actor-critic: it takes one gradient step"),
+        (dict(loss="actor-critic", minibatches=2), "bad --minibatches 2 with --loss actor-critic"),
+        (dict(corrector="retrace", epochs=2),  # --loss auto is actor-critic with retrace
+         "bad --epochs 2 with --loss actor-critic (--loss auto with --corrector retrace)"),
         (dict(loss="appo", minibatches=3), "--minibatches 3"),
         (dict(policy_lag=-1), "--policy-lag"),
         (dict(ppo_clip=1.5), "--ppo-clip"),
@@ -124,9 +128,26 @@ def test_gaussian_policy_distils_into_a_student(tmp_path):
 )
 def test_bad_combinations_raise_config_error_and_write_nothing(tmp_path, kwargs, message):
     logdir = tmp_path / "run"
-    with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         train(Config(total_steps=256, num_envs=16, progress=False, logdir=str(logdir), **kwargs))
     assert not logdir.exists()
+
+
+def test_a_report_cut_short_keeps_the_runs_exit_status(tmp_path, capsys, monkeypatch):
+    """The summary printed into a pipe whose reader stopped (``| head``): the run and its files are
+    complete, so the exit status is the run's (0), not a traceback."""
+    closed = []
+
+    def cut(summary):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(train_cli, "_report", cut)
+    monkeypatch.setattr(train_cli, "_stdout_closed", lambda: closed.append(True))
+    logdir = tmp_path / "run"
+    code, _, err = main(capsys, "--total-steps", "64", "--num-envs", "4", "--rollout-length", "8", "--logdir",
+                        str(logdir), "--no-progress")
+    assert code == 0 and closed == [True] and "Traceback" not in err
+    assert (logdir / "summary.json").exists()
 
 
 def test_cli_refused_combination_exits_2(tmp_path, capsys):
