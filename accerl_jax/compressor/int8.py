@@ -25,11 +25,12 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import qwix
 
-from accerl_jax import networks
+from accerl_jax import lazy, networks
 from accerl_jax.compressor.base import Compressor
 from accerl_jax.compressor.select import HEADS
+
+qwix = lazy.lazy_module("qwix")  # loaded when an int8 compressor is built, not with every run
 
 _SCALE_SUFFIX = "_lhs_scale"  # qwix's name of a static activation scale: <op name><n>_lhs_scale
 

@@ -9,9 +9,15 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, NamedTuple
 
-import gymnax
-from gymnax.environments.environment import Environment
 import jax
+
+from accerl_jax import lazy
+
+# gymnax imports its render helpers' plotting libraries (matplotlib.pyplot, seaborn and with it scipy.stats)
+# with every environment; training never renders, so they load only if something uses them (accerl_jax.lazy).
+lazy.defer("matplotlib.pyplot", "seaborn")
+import gymnax  # noqa: E402
+from gymnax.environments.environment import Environment  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 
