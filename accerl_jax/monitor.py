@@ -460,13 +460,13 @@ class Monitor:
         """Write ``curves.png`` from the logged rows; returns its path (None if nothing was logged)."""
         if not self.rows:
             return None
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A Figure of its own, without pyplot (whose import and teardown cost ~0.4 s of every run's end here;
+        # savefig renders with the Agg canvas either way).
+        from matplotlib.figure import Figure
 
         steps = [r["env_steps"] for r in self.rows]
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        fig = Figure(figsize=(15, 4))
+        axes = fig.subplots(1, 3)
         axes[0].plot(steps, [r["return_mean"] for r in self.rows])
         axes[0].set(title="episode return (recent mean)", xlabel="env steps")
         for stage in ("actor", "learner", "compress"):
@@ -483,7 +483,6 @@ class Monitor:
         fig.subplots_adjust(left=0.05, right=0.98, bottom=0.14, top=0.84, wspace=0.22)
         path = os.path.join(self.logdir, "curves.png")
         fig.savefig(path, dpi=80)
-        plt.close(fig)
         return path
 
     def discard(self) -> None:
