@@ -165,7 +165,10 @@ def make_chunk(run: Run, clipping: Callable | None = None):
     length = chunk_length(run)
 
     def chunk(state: AnakinState, active):
-        idle_out = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(step, state, None)[1])
+        # The idle branch returns zeros shaped like the update's outputs. Tracing the update is most of
+        # building the program (~0.4 s of every run's start-up here), so its output shapes are recorded
+        # while the cond traces it (JAX traces the true branch first) instead of tracing it a second time.
+        shapes = []
 
         def update(carry, i):
             s, clip = carry
@@ -175,10 +178,16 @@ def make_chunk(run: Run, clipping: Callable | None = None):
                 new, out, rollout = step(s, None)
                 clip = jax.lax.cond(i == active - 1, lambda: jnp.stack(clipping(s.learner.params, rollout)),
                                     lambda: clip)
+            shapes[:] = [jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)]
             return (new, clip), out
 
+        def idle(carry, i):
+            if not shapes:  # the update branch was not traced first: trace it alone for its shapes
+                jax.eval_shape(update, carry, i)
+            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes[0])
+
         def body(carry, i):
-            return jax.lax.cond(i < active, update, lambda c, _: (c, idle_out), carry, i)
+            return jax.lax.cond(i < active, update, idle, carry, i)
 
         clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
         (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
