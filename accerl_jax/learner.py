@@ -409,7 +409,9 @@ def make_update(
         rollout).
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
-      family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
+      family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`) and, with APPO,
+        whether its gradient steps are unrolled (:func:`accerl_jax.xla.gradient_loop_unroll`: conv nets on
+        XLA:CPU).
       learning_rate: the optimizer's schedule (:func:`make_schedule`), to report the learning rate of
         each step as the metric ``learning_rate``; None: not reported.
       outputs: also return the :class:`LearnerOutputs` ``[T, B, ...]`` of the update's own forward pass
@@ -432,6 +434,7 @@ def make_update(
     """
     mesh = mesh or make_mesh()
     n_dev = mesh.devices.size
+    platform = mesh.devices.flat[0].platform
 
     def _grad_step(state: LearnerState, sums_fn):
         """One optimizer step on the global masked-mean loss of ``sums_fn(params) -> (count, sums, aux)``;
@@ -484,7 +487,8 @@ def make_update(
             sub, sub_old = jax.tree.map(take, batch), jax.tree.map(take, old)
             return _grad_step(st, lambda p: (*appo_loss_sums(p, apply, sub, sub_old, cfg), ()))[:2]
 
-        state, metrics = jax.lax.scan(step, state, idx)
+        steps = cfg.optimizer_steps
+        state, metrics = jax.lax.scan(step, state, idx, unroll=xla.gradient_loop_unroll(family, steps, platform))
         return state, jax.tree.map(jnp.mean, metrics), teacher
 
     def _local_out(state: LearnerState, batch: Rollout):

@@ -41,6 +41,19 @@ def options_for(family: str | None, platform: str | None = None):
     return NO_YNN if family == "cnn" and (platform or jax.default_backend()) == "cpu" else None
 
 
+def gradient_loop_unroll(family: str | None, length: int, platform: str | None = None) -> int:
+    """The ``unroll`` for a ``lax.scan`` of ``length`` gradient steps of a ``family`` network on ``platform``
+    (default: JAX's default backend): ``length`` (straight-line code) for a conv net on XLA:CPU, else 1.
+
+    XLA:CPU runs a conv net's gradient steps much slower inside a loop than in straight-line code
+    (docs/DESIGN.md, "Known XLA:CPU pitfall"). Measured here for APPO's passes over a rollout (Nature CNN,
+    Breakout-MinAtar, 16 envs x 16 steps, jax 0.10.2, 2-core CPU): 8 passes took 8.1 s per update in a
+    scan and 0.16 s unrolled (one pass in a scan of length 1: 0.90 s); unrolled, the program compiles
+    in ~10 s instead of ~4 s.
+    """
+    return length if family == "cnn" and (platform or jax.default_backend()) == "cpu" else 1
+
+
 def _platform(leaves) -> str:
     """The platform a jitted call on ``leaves`` runs on: that of its first committed array, else the
     default backend (uncommitted arrays follow the computation)."""

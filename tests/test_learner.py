@@ -717,3 +717,40 @@ def test_update_outputs_are_the_forward_pass_at_the_parameters_it_started_from(n
     np.testing.assert_allclose(out.value, value, rtol=1e-5, atol=1e-6)
     # Not the updated parameters' outputs.
     assert float(jnp.max(jnp.abs(apply(new.params, batch.obs)[0] - out.policy_out))) > 1e-4
+
+
+def _scans(jaxpr):
+    """Every ``scan`` equation in a jaxpr, nested ones included: ``[(length, unroll)]``."""
+    from jax.extend import core as jex_core
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append((eqn.params["length"], eqn.params["unroll"]))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple) else (value,):
+                if isinstance(sub, jex_core.ClosedJaxpr):
+                    found += _scans(sub.jaxpr)
+                elif isinstance(sub, jex_core.Jaxpr):
+                    found += _scans(sub)
+    return found
+
+
+def test_appo_gradient_steps_are_unrolled_for_conv_nets_on_cpu_and_give_the_same_update(params):
+    """XLA:CPU runs conv-net gradient steps much slower inside a loop: with ``family="cnn"`` APPO's
+    ``epochs x minibatches`` steps are one unrolled scan on CPU (``xla.gradient_loop_unroll``), a plain
+    scan otherwise; the update is the same either way."""
+    from accerl_jax import xla
+
+    assert xla.gradient_loop_unroll("cnn", 6, "cpu") == 6
+    assert xla.gradient_loop_unroll("mlp", 6, "cpu") == xla.gradient_loop_unroll("cnn", 6, "gpu") == 1
+    mesh, opt = learner.make_mesh(jax.devices()[:1]), optax.adam(1e-2)
+    cfg = learner.LossConfig(loss="appo", epochs=3, minibatches=2)
+    batch, state = _batch(b=8), learner.init_state(params, opt, mesh, key=learner.learner_key(0))
+    results = {}
+    for family in ("mlp", "cnn"):
+        update = learner.make_update(APPLY, opt, cfg, mesh, family=family)
+        steps = [s for s in _scans(jax.make_jaxpr(update)(state, batch).jaxpr) if s[0] == cfg.optimizer_steps]
+        assert steps == [(6, 6 if family == "cnn" else 1)], (family, steps)
+        results[family] = update(state, batch)
+    _assert_trees_close(results["cnn"], results["mlp"])
