@@ -64,18 +64,21 @@ def time_to_target(logdir: str, before_train_s: float) -> float | None:
     return None if in_run is None else before_train_s + in_run
 
 
-def run_ours(seed: int, extra: list[str], cache: str, tmp: str) -> dict:
+def run_ours(seed: int, extra: list[str], cache: str, tmp: str, python: str = sys.executable, cwd: str = REPO) -> dict:
+    """One whole process of the main job (``python -m accerl_jax.train`` in ``cwd``, whose ``accerl_jax`` it
+    imports) with ``extra`` flags and the compilation cache ``cache``."""
     logdir = os.path.join(tmp, f"run-{time.monotonic_ns()}")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "accerl_jax.train", "--seed", str(seed), "--logdir", logdir,
+    proc = subprocess.run([python, "-m", "accerl_jax.train", "--seed", str(seed), "--logdir", logdir,
                            "--no-progress", "--compile-cache", cache, *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+                          cwd=cwd, capture_output=True, text=True, timeout=900)
     process_s = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"accerl_jax seed {seed} {extra} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     with open(os.path.join(logdir, "summary.json")) as f:
         s = json.load(f)
     return {"process_s": process_s, "final_return": s["final_return_mean"], "startup_s": s["startup_s"],
+            "startup_before_train_s": s["startup_before_train_s"],
             "time_to_target_s": time_to_target(logdir, s["startup_before_train_s"]),
             "compile_cache_hits": s["compile_cache_hits"], "compile_cache_misses": s["compile_cache_misses"]}
 

@@ -168,3 +168,26 @@ def test_sweep_defaults_tabulates_every_seed_and_counts_the_misses():
     assert "| default | `(none)` | 3 of 3 | 9.0 (8.0, 10.0, 9.0) | 12.0 | 500, 496, 500 |" in md
     assert "| slow | `--epochs 4` | 1 of 3 | 20.0 (never, 20.0, never) | 11.0 | 218, 490, - |" in md
     assert set(sweep.CONFIGS) >= {"default", "old-default"} and sweep.CONFIGS["default"] == ""
+
+
+def test_startup_ab_parses_checkouts_and_tabulates_both_kinds_of_run_with_ratios():
+    import pytest
+
+    ab = _script("startup_ab")
+    assert ab.checkout("new=python3:.") == ("new", "python3", os.path.abspath("."))
+    for bad in ("new", "new=python3", "=python3:.", "new=:."):
+        with pytest.raises(SystemExit, match="LABEL=PYTHON:FOLDER"):
+            ab.checkout(bad)
+    run = lambda p, s, b, t, r: {"process_s": p, "startup_s": s, "startup_before_train_s": b,  # noqa: E731
+                                 "time_to_target_s": t, "final_return": r}
+    configs = {}
+    for label, scale in (("old", 1.0), ("new", 0.5)):
+        for kind, warm in (("cold", 1.0), ("warm", 0.5)):
+            runs = [run(20 * scale * warm, 10 * scale * warm, 4 * scale, 12 * scale * warm, 500.0),
+                    run(22 * scale * warm, 11 * scale * warm, 4 * scale, None, 300.0)]
+            configs[f"{label}, {kind}"] = dict({k: ab._median(runs, k) for k in ab.KEYS}, runs=runs)
+    md = ab.to_markdown({"host": "h", "cpu_count": 2, "seeds": [0, 1], "flags": "", "labels": ["old", "new"],
+                         "configs": configs})
+    assert "| old | cold | 21.00 | 10.50 | 4.00 | 12.00 | 500, 300 |" in md
+    assert "| new | warm | 5.25 | 2.62 | 2.00 | 3.00 | 500, 300 |" in md
+    assert "| cold | 0.50 | 0.50 | 0.50 | 0.50 |" in md and "| warm | 0.50 | 0.50 | 0.50 | 0.50 |" in md
