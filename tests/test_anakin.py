@@ -359,3 +359,28 @@ def test_the_initial_state_is_the_same_at_the_one_shot_level():
     proc = subprocess.run([sys.executable, "-c", INITIAL_STATES], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("same")
+
+
+def test_flops_are_counted_from_the_last_chunk_on_not_beside_training(tmp_path, monkeypatch):
+    """Counting the pieces' FLOPs (about a second of host time) starts once the chunk that ends the budget
+    is dispatched, so it never runs beside the training before it; the summary still has them."""
+    from accerl_jax.loops import anakin, pieces
+
+    dispatched, started = [], []
+    dispatch = anakin.AnakinStepper._dispatch
+
+    def recording_dispatch(self, s, after):
+        out = dispatch(self, s, after)
+        dispatched.append(out[0])  # the update this chunk ends at
+        return out
+
+    class RecordingFlops(pieces.BackgroundFlops):
+        def __init__(self, *args):
+            started.append(list(dispatched))
+            super().__init__(*args)
+
+    monkeypatch.setattr(anakin.AnakinStepper, "_dispatch", recording_dispatch)
+    monkeypatch.setattr(pieces, "BackgroundFlops", RecordingFlops)
+    summary = loop.train(tiny(tmp_path / "run", log_every=1))
+    assert dispatched == [1, 2, 3, 4] and started == [[1, 2, 3, 4]]
+    assert summary["cost_split"]["flops"]["learner_flops_per_update"] > 0

@@ -70,7 +70,7 @@ class AnakinStepper:
         self.chunk_fn = AutoChunks(run) if run.plan.auto else make_chunk(run)
         self.fused_wait = float(run.extra.get("fused_wait_s", 0.0))  # seconds the host waited for the program
         self.state = self.chunk_end = None
-        self.flops: pieces.BackgroundFlops | None = None  # counted while training (steps)
+        self.flops: pieces.BackgroundFlops | None = None  # counted from the last chunk's dispatch on (steps)
         self.lag_versions = float("nan")  # of the last update, seed 0
         self.skipped = np.asarray(run.extra.get("skipped_updates", 0))
         # Several processes: the next chunk is dispatched only after the driver has logged and saved this
@@ -108,9 +108,7 @@ class AnakinStepper:
                                                          weak_type=x.weak_type),
                           self.state)  # seed 0's shapes, read before the program may take the buffers
         pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
-        if pending is not None and run.writer and pieces.has_pieces(run):
-            # Count the pieces' FLOPs while the program trains (the first chunk is compiled by now).
-            self.flops = pieces.BackgroundFlops(run, s0.learner, s0.actor_params[0], s0.compressor, s0.carry)
+        self._count_flops(pending, s0)
         while pending is not None:
             end, new_state, out, chunk_end = pending
             pending = hard_stop = None
@@ -132,6 +130,7 @@ class AnakinStepper:
                     pending = self._dispatch(new_state, end)
                 except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
                     hard_stop = err  # effect once this finished chunk is counted
+                self._count_flops(pending, s0)
             self.state, self.chunk_end, completed = new_state, chunk_end, completed + last
             bad = None
             if bad_update:
@@ -144,6 +143,19 @@ class AnakinStepper:
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
                 pending = self._dispatch(new_state, end)
+                self._count_flops(pending, s0)
+
+    def _count_flops(self, pending, shapes: AnakinState) -> None:
+        """Start counting the pieces' FLOPs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`, for the
+        summary's cost split) once the chunk that ends the budget is dispatched: counting traces and lowers
+        the pieces, ~0.7-1.2 s of host time on a 2-core CPU, which slowed the training it ran beside by about
+        as much; from the last chunk on it overlaps the end of the run instead. ``shapes``: seed 0's."""
+        run = self.run
+        if (pending is None or pending[0] < run.num_updates or self.flops is not None or not run.writer
+                or not pieces.has_pieces(run)):
+            return
+        self.flops = pieces.BackgroundFlops(run, shapes.learner, shapes.actor_params[0], shapes.compressor,
+                                            shapes.carry)
 
     def row(self, update: int) -> list:
         return [dict(time_fused_wait_s=self.fused_wait, **_seed(self.chunk_end, k, self.seeds).divergence)
@@ -177,8 +189,8 @@ class AnakinStepper:
         """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) on
         seed 0's final state: FLOPs always, seconds with ``--cost-split`` (each piece compiled and timed
         alone; each time then includes one dispatch). The FLOPs are counted in a background thread while
-        the program trains (:class:`~accerl_jax.loops.pieces.BackgroundFlops`), the timing after training,
-        so that neither delays training. {} where the pieces cannot be split
+        the last chunk runs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`), the timing after training,
+        so that neither slows training. {} where the pieces cannot be split
         (:func:`~accerl_jax.loops.pieces.has_pieces`)."""
         run = self.run
         if not pieces.has_pieces(run) or self.state is None:

@@ -75,10 +75,11 @@ def _flat_obs(obs) -> jax.ShapeDtypeStruct:
 
 
 class BackgroundFlops:
-    """:func:`count_flops` in a daemon thread, so that a loop can count while its program trains instead
-    of after it (tracing and lowering the pieces takes seconds of host time; the fused program leaves a
-    core of the host mostly idle). Pass ``jax.ShapeDtypeStruct`` trees: arrays the program may take over
-    (donated buffers) must not be read by the thread. :meth:`result` waits for it."""
+    """:func:`count_flops` in a daemon thread, so that a loop can count while its program runs instead of
+    after it (tracing and lowering the pieces takes about a second of host time). The Anakin loop starts
+    it with the chunk that ends the budget: started with the first chunk, it slowed the training it ran
+    beside by about as much as it took. Pass ``jax.ShapeDtypeStruct`` trees: arrays the program may take
+    over (donated buffers) must not be read by the thread. :meth:`result` waits for it."""
 
     def __init__(self, run: Run, learner, actor_params, comp_state, carry):
         self._result: dict | None = None
