@@ -527,8 +527,10 @@ def lock_run(logdir: str) -> RunLock:
     return RunLock(logdir)
 
 
-def remove_run(logdir: str) -> None:
-    """Delete what a run wrote into ``logdir`` (its outputs, checkpoints and lock; nothing else)."""
+def remove_run(logdir: str, keep_lock: bool = False) -> None:
+    """Delete what a run wrote into ``logdir`` (its outputs, checkpoints and, unless ``keep_lock``, its lock
+    file; nothing else). Keep the lock file when this process holds its lock (:func:`lock_run`): deleting
+    it would let another process lock a new file of the same name beside it."""
     import shutil
 
     from accerl_jax.monitor import is_run_file
@@ -539,7 +541,7 @@ def remove_run(logdir: str) -> None:
         path = os.path.join(logdir, name)
         if name == CHECKPOINT_DIR and os.path.isdir(path):
             shutil.rmtree(path)
-        elif (is_run_file(name) or name == LOCK_FILE) and not os.path.isdir(path):
+        elif (is_run_file(name) or (name == LOCK_FILE and not keep_lock)) and not os.path.isdir(path):
             os.remove(path)
 
 

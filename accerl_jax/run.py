@@ -249,11 +249,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
     if before_write is not None:
         before_write()
+    held = None  # --overwrite: the run folder's lock, taken before anything in the folder is deleted
     if logdir is None:  # a multi-host process other than 0: its files are thrown away
         logdir = tempfile.mkdtemp(prefix=f"accerl-process{pid}-")
     elif resume_point is None:
         if cfg.overwrite:
-            checkpoint.remove_run(logdir)
+            # A folder another process is writing is refused (ConfigError) with nothing deleted; the lock is
+            # kept, so that no other process can start in the folder while it is replaced.
+            held = checkpoint.lock_run(logdir) if os.path.isdir(logdir) else None
+            checkpoint.remove_run(logdir, keep_lock=held is not None)
         claim_logdir(logdir)
         claimed.append(logdir)
 
@@ -322,7 +326,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
             template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
-        lock = checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
+        lock = held or checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
     except ConfigError:
         saver.close()
         raise

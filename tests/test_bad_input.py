@@ -204,6 +204,7 @@ CASES = [
      ["bad --resume", "does not fit this run's networks"], ""),
     ("resume-while-running", _resume(), _running,
      ["bad --logdir", "another process is writing this run now"], ""),
+    ("overwrite-while-running", _over, _running, ["bad --logdir", "another process is writing this run now"], ""),
     ("resume-other-logdir", lambda t: _resume()(t) + ["--logdir", str(t / "elsewhere")], None,
      ["bad --logdir", "a resumed run continues in its own folder"], ""),
     # Multi-host settings: refused before jax.distributed.initialize contacts anything.
