@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import math
 import typing
 from typing import Annotated
 
@@ -104,13 +105,15 @@ def grouped_class():
     return dataclasses.make_dataclass("TrainArgs", groups)
 
 
-def known_flags() -> set[str]:
-    """Every flag the training command line takes, hyphenated (``--num-envs``, ``--no-anneal-lr``, ``--lambda``,
-    ``--lambda_``, ``--help``); tyro also takes them with ``_`` for ``-`` (:func:`_normal` maps both to one)."""
-    flags = {"-h", "--help", *HIDDEN_ALIASES}
-    for f in dataclasses.fields(Config):
+def known_flags(cls=Config) -> set[str]:
+    """Every flag a command line of dataclass ``cls`` takes (default: training's), hyphenated (``--num-envs``,
+    ``--no-anneal-lr``, ``--lambda``, ``--lambda_``, ``--help``); tyro also takes them with ``_`` for ``-``
+    (:func:`_normal` maps both to one)."""
+    flags = {"-h", "--help", *(HIDDEN_ALIASES if cls is Config else ())}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
         flags.add(flag(f.name))
-        if f.type == "bool":
+        if hints[f.name] is bool:
             flags.add("--no-" + flag(f.name)[2:])
     return {_normal(x) for x in flags}
 
@@ -122,10 +125,11 @@ def _normal(token: str) -> str:
     return name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
-def check_flags(argv: list[str]) -> None:
-    """Refuse an unknown flag in ``argv`` with one line that suggests ours: the field another framework's name
-    means (``--lr`` -> ``--learning-rate``, ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`),
-    or the closest spelling.
+def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.train") -> None:
+    """Refuse an unknown flag in ``argv`` (a command line of dataclass ``cls``, default: training's) with one
+    line that suggests ours: for training, the field another framework's name means (``--lr`` ->
+    ``--learning-rate``, ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`); else the
+    closest spelling.
 
     Nothing is checked when ``argv`` asks for ``--help``.
 
@@ -134,17 +138,87 @@ def check_flags(argv: list[str]) -> None:
     """
     if {"-h", "--help"} & set(argv):
         return
-    known = known_flags()
+    known = known_flags(cls)
     for token in argv:
         if token == "--":  # what follows is values only
             return
         if not token.startswith("-") or _normal(token) in known or _is_number(token):
             continue
         name = token.split("=", 1)[0]
-        ours = common_name(name)  # another framework's name: ours for it, else the closest spellings
+        # another framework's name: ours for it, else the closest spellings
+        ours = common_name(name) if cls is Config else None
         close = [flag(ours)] if ours else difflib.get_close_matches(_normal(name), sorted(known - {"-h"}), n=2)
         hint = f" (perhaps {' or '.join(close)})" if close else ""
-        raise ConfigError(f"unknown flag {name}{hint}; python -m accerl_jax.train --help lists every flag")
+        raise ConfigError(f"unknown flag {name}{hint}; {prog} --help lists every flag")
+
+
+def numeric_flags(cls=Config) -> dict[str, str]:
+    """The numeric flags of a command line of dataclass ``cls``: flag -> ``"int"``, ``"float"`` or ``"ints"``
+    (several integers, e.g. ``--hidden-sizes``); an optional field (``Optional[int]``) counts as its type."""
+    kinds = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if typing.get_origin(hint) is typing.Union:
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = members[0] if len(members) == 1 else hint
+        if hint is int:
+            kinds[flag(f.name)] = "int"
+        elif hint is float:
+            kinds[flag(f.name)] = "float"
+        elif typing.get_origin(hint) is tuple and typing.get_args(hint)[:1] == (int,):
+            kinds[flag(f.name)] = "ints"
+    return kinds
+
+
+def check_numbers(argv: list[str], cls=Config) -> list[str]:
+    """``argv`` with every value of a numeric flag of ``cls`` checked: an integer flag takes an integer-valued
+    number in any notation, written back as an integer (``--total-steps 1e6`` -> ``1000000``, ``2.5e5``,
+    ``100.0``); nothing else changes. Nothing is checked when ``argv`` asks for ``--help``.
+
+    Raises:
+      ConfigError: a value that is not a number, or not an integer for an integer flag, naming the flag, the
+        value and what is accepted (tyro would print a box of several lines instead).
+    """
+    if {"-h", "--help"} & set(argv):
+        return list(argv)
+    kinds = numeric_flags(cls)
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            return out + [token] + list(argv[i:])
+        name, eq, value = token.partition("=")
+        kind = kinds.get(_normal(name)) if token.startswith("--") else None
+        if kind is None:
+            out.append(token)
+        elif eq:
+            out.append(f"{name}={_number(name, value, kind)}")
+        else:
+            out.append(token)
+            while i < len(argv) and not (argv[i].startswith("-") and not _is_number(argv[i])):
+                out.append(_number(name, argv[i], kind))
+                i += 1
+                if kind != "ints":
+                    break
+    return out
+
+
+def _number(name: str, value: str, kind: str) -> str:
+    """``value`` of flag ``name`` as :func:`check_numbers` passes it on (an integer flag's as an integer)."""
+    if kind == "float":
+        if _is_number(value):
+            return value
+        raise ConfigError(f"bad {name} {value!r}; expected a number")
+    try:
+        return str(int(value))
+    except ValueError:
+        pass
+    number = float(value) if _is_number(value) else float("nan")
+    if math.isfinite(number) and number == int(number):
+        return str(int(number))
+    raise ConfigError(f"bad {name} {value!r}; expected an integer (whole numbers may be written like 2e5)")
 
 
 def _is_number(token: str) -> bool:
@@ -160,7 +234,7 @@ def parse(argv: list[str], default: Config, prog: str) -> Config:
 
     ``argv``'s flags are expected checked by :func:`check_flags` already (``train.parse_config`` does it
     before any settings file is read, so that an unknown flag is named first)."""
-    argv = [_alias(token) for token in argv]
+    argv = check_numbers([_alias(token) for token in argv])
     cls = grouped_class()
     values = dataclasses.asdict(default)
     start = cls(**{name: typing.get_args(t)[0](**{f: values[f] for f in fields})

@@ -72,8 +72,8 @@ class Config:
     """APPO: minibatches (groups of whole trajectories) per pass; num-envs must be a multiple of
     minibatches × devices (1 with --loss actor-critic)."""
     loop: str = "auto"
-    """Execution style: 'anakin' (gymnax only: rollout, correction, learner update and re-compression
-    fused into one jitted lax.scan over --log-every updates); 'sequential' (actor, learner and compressor
+    """Execution style: 'anakin' (rollout, correction, learner update and re-compression fused into one
+    jitted lax.scan over --log-every updates; gymnax, or envpool through its XLA interface when asked for); 'sequential' (actor, learner and compressor
     as separate timed jitted calls); 'sebulba' (envpool only: actor threads on async envpool, learner and
     compressor in their own threads, bounded queues between them); 'auto' picks the default for the env
     (anakin for gymnax MLP nets, sebulba for envpool, sequential on CPU for conv nets such as MinAtar's,

@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 
 import tyro
 
+from accerl_jax import cli
 from accerl_jax.config import ConfigError
 
 EVAL_FILE = "eval.json"
@@ -220,8 +221,10 @@ def _read_json(path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, prog="python -m accerl_jax.evaluate")
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        cli.check_flags(argv, Args, "python -m accerl_jax.evaluate")
+        args = tyro.cli(Args, args=cli.check_numbers(argv, Args), prog="python -m accerl_jax.evaluate")
         record = evaluate(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

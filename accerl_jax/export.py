@@ -25,6 +25,7 @@ from typing import Annotated, Optional
 
 import tyro
 
+from accerl_jax import cli
 from accerl_jax.config import ConfigError
 
 PROGRAM_FILE = "policy.jax"
@@ -183,8 +184,10 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, prog="python -m accerl_jax.export")
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        cli.check_flags(argv, Args, "python -m accerl_jax.export")
+        args = tyro.cli(Args, args=cli.check_numbers(argv, Args), prog="python -m accerl_jax.export")
         record = export(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

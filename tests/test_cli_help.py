@@ -115,6 +115,25 @@ def test_unknown_flag_from_the_real_entry_point_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["--seed", "abc"], "bad --seed 'abc'; expected an integer"),
+    (["--total-steps", "2.5"], "bad --total-steps '2.5'; expected an integer"),
+    (["--hidden-sizes", "64", "x"], "bad --hidden-sizes 'x'; expected an integer"),
+    (["--learning-rate=fast"], "bad --learning-rate 'fast'; expected a number"),
+])
+def test_a_value_that_is_not_a_number_of_the_flags_kind_is_one_line(capsys, argv, needle):
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_integer_flags_take_whole_numbers_in_any_notation():
+    cfg = train.parse_config(["--total-steps", "1e6", "--num-envs=3.2e1", "--hidden-sizes", "64", "1.28e2",
+                              "--seed", "7.0", "--learning-rate", "2e-4", "--num-processes", "1e0"])
+    assert (cfg.total_steps, cfg.num_envs, cfg.hidden_sizes, cfg.seed, cfg.learning_rate, cfg.num_processes) == (
+        1_000_000, 32, (64, 128), 7, 2e-4, 1)
+
+
 def test_known_flags_in_every_spelling_still_parse():
     cfg = train.parse_config(["--num_envs", "8", "--no_anneal_lr", "--total-steps=64", "--learning-rate", "-1e-3",
                               "--hidden-sizes", "32", "16"])
