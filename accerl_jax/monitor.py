@@ -36,6 +36,9 @@ from accerl_jax.config import ConfigError
 # host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
 # compression of the actor's policy (of which distillation). Loops add to the stages they have.
 STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "compress", "distill")
+# curves.png's stage-time panel: (label, metrics column); a column that stays 0 or is missing is not drawn.
+CURVE_STAGES = (("actor", "time_actor_s"), ("learner", "time_learner_s"), ("compress", "time_compress_s"),
+                ("fused program (actor + learner + compression)", "time_fused_wait_s"))
 RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png", "decisions.jsonl")  # with TensorBoard's events.out.*
 TABLE_EVERY = 10  # the console table of the latest row is printed every this many logs (with the progress bar)
 # The console table's columns: (row key, header, format); those a run does not log are left out.
@@ -463,20 +466,27 @@ class Monitor:
         # A Figure of its own, without pyplot (whose import and teardown cost ~0.4 s of every run's end here;
         # savefig renders with the Agg canvas either way).
         from matplotlib.figure import Figure
+        from matplotlib.ticker import EngFormatter
 
         steps = [r["env_steps"] for r in self.rows]
         fig = Figure(figsize=(15, 4))
         axes = fig.subplots(1, 3)
         axes[0].plot(steps, [r["return_mean"] for r in self.rows])
         axes[0].set(title="episode return (recent mean)", xlabel="env steps")
-        for stage in ("actor", "learner", "compress"):
-            axes[1].plot(steps, [r[f"time_{stage}_s"] for r in self.rows], label=stage)
+        # The stages this loop times apart; the Anakin loop's one fused program is timed as a whole.
+        for label, key in CURVE_STAGES:
+            values = [r.get(key, float("nan")) for r in self.rows]
+            if any(v > 0 for v in values):  # NaN compares False
+                axes[1].plot(steps, values, label=label)
         axes[1].set(title="cumulative stage time (s)", xlabel="env steps")
-        axes[1].legend()
+        if axes[1].get_legend_handles_labels()[0]:
+            axes[1].legend()
         if "kl_learner_actor" in self.rows[0]:
             axes[2].plot(steps, [r["kl_learner_actor"] for r in self.rows])
             axes[2].set_yscale("symlog", linthresh=1e-6)
         axes[2].set(title="KL(π_learner ‖ π_actor)", xlabel="env steps")
+        for ax in axes:
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000: labels that do not collide
         fig.suptitle(title)
         # Fixed margins: tight_layout measures every tick label first, about half the plot's time (~0.15 s of
         # every run's end on a 2-core CPU).

@@ -44,6 +44,8 @@ SEGMENTS = (
     ("learner", lambda t: t["learner"]),
     ("distillation", lambda t: t["distill"]),
     ("compression (other)", lambda t: max(t["compress"] - t["distill"], 0.0)),
+    # The Anakin loop: actor, learner and compression in one program, timed as the host's wait for it.
+    ("fused program (actor + learner + compression)", lambda t: t["fused_wait"]),
 )
 GRID_POINTS = 200  # points of the common x grid on which a group's seeds are averaged
 
@@ -199,9 +201,10 @@ def plot_returns(groups, out: str) -> str:
 
 
 def stage_seconds(run: RunLog) -> dict:
-    """The last row's cumulative seconds per Monitor stage (0 for a stage the run did not log)."""
+    """The last row's cumulative seconds per Monitor stage and of the Anakin loop's fused program
+    (``fused_wait``; 0 for a stage the run did not log)."""
     return {s: float(np.nan_to_num(run.get(f"time_{s}_s")[-1])) if run.get(f"time_{s}_s") is not None else 0.0
-            for s in STAGES}
+            for s in (*STAGES, "fused_wait")}
 
 
 def plot_time(runs: list[RunLog], out: str) -> str:

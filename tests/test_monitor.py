@@ -398,3 +398,33 @@ def test_wandb_failure_warns_and_training_logs_go_on(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert err.count("W&B logging is off") == 1 and "api_key not configured" in err
     assert [r["update"] for r in read_jsonl(tmp_path)] == [1, 2]
+
+
+def test_the_anakin_loops_fused_program_is_a_stage_of_its_own_in_the_plots(tmp_path):
+    """An Anakin run times its one fused program as a whole (time_fused_wait_s; its stages stay 0): the time
+    breakdown shows it as its own segment instead of leaving it in 'other', and curves.png draws it."""
+    anakin = plot.RunLog("anakin", {"time_actor_s": np.array([0.0, 0.0]), "time_fused_wait_s": np.array([1.0, 2.5]),
+                                    "wall_time_s": np.array([3.0, 5.0])}, None)
+    seconds = plot.stage_seconds(anakin)
+    assert seconds["fused_wait"] == 2.5 and seconds["actor"] == seconds["learner"] == 0.0
+    assert [label for label, fn in plot.SEGMENTS if fn(seconds) > 0] == [
+        "fused program (actor + learner + compression)"]
+    drawn = []
+    monitor = Monitor(str(tmp_path), 100, progress=False)
+    for update, fused in ((1, 1.0), (2, 2.5)):
+        monitor.log(update, {"time_actor_s": 0.0, "time_learner_s": 0.0, "time_compress_s": 0.0,
+                             "time_fused_wait_s": fused})
+    import matplotlib.axes
+
+    original = matplotlib.axes.Axes.plot
+
+    def recording_plot(self, *args, label=None, **kwargs):
+        drawn.append(label)
+        return original(self, *args, label=label, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.axes.Axes, "plot", recording_plot)
+        assert os.path.basename(monitor.plot("t")) == "curves.png"
+    monitor.close()
+    assert "fused program (actor + learner + compression)" in drawn
+    assert not {"actor", "learner", "compress"} & set(drawn)  # stages that stayed 0 are not drawn
