@@ -36,6 +36,18 @@ def parse_config(argv: list[str]) -> Config:
     return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 
+def out_of_memory(err: BaseException) -> str | None:
+    """The one-line error for XLA running out of memory (``Out of memory allocating N bytes`` on XLA:CPU,
+    ``RESOURCE_EXHAUSTED`` on accelerators): the sizes that set the run's arrays; None for another error."""
+    text = str(err)
+    if "out of memory" not in text.lower() and "RESOURCE_EXHAUSTED" not in text:
+        return None
+    line = next((part.strip() for part in text.split(":") if "memory" in part.lower()), text.splitlines()[0])
+    return (f"out of memory ({line.rstrip('.')}): the run's arrays grow with --num-envs x --rollout-length and "
+            "with --hidden-sizes; give smaller values (a run stopped after its first update kept its last "
+            "checkpoint: --resume continues it)")
+
+
 def _stdout_closed() -> None:
     """The reader of stdout went away (``--help | head``): send the rest of it nowhere, so that neither
     this print nor the interpreter's final flush raises (Python's advice for SIGPIPE, docs of ``signal``)."""
@@ -65,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         summary = train(cfg)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # jax.errors.JaxRuntimeError: what XLA raises when a computation fails
+        message = out_of_memory(err)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # accerl_jax.signals.Interrupted carries the signal
         print("interrupted before the first update of this session finished; nothing to save (a new run's "

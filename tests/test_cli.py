@@ -192,3 +192,25 @@ def test_default_job_solves_cartpole(tmp_path):
     assert flops["compress_flops_per_update"] == 0 and flops["predicted_saving"] == 0
     assert 0 < summary["startup_before_train_s"] < summary["startup_s"] < summary["wall_time_s"] + summary["startup_before_train_s"]
     assert "FLOPs" in proc.stdout and "start-up" in proc.stdout
+
+
+@pytest.mark.parametrize("message", [
+    "INTERNAL: Error dispatching computation: Error dispatching computation: Out of memory allocating 68722886532 bytes.",
+    "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+])
+def test_out_of_memory_is_one_line_naming_the_sizes(tmp_path, capsys, monkeypatch, message):
+    """XLA's out-of-memory error (as XLA:CPU and GPUs word it), e.g. for --hidden-sizes 65536 65536, is one
+    line with exit 2 instead of a traceback; any other runtime error still raises."""
+    import jax
+
+    from accerl_jax import loop
+
+    def fail(cfg):
+        raise jax.errors.JaxRuntimeError(message)
+
+    monkeypatch.setattr(loop, "train", fail)
+    capsys.readouterr()
+    assert train_cli.main(["--logdir", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: out of memory (Out of memory") and "--hidden-sizes" in err, err
+    assert train_cli.out_of_memory(RuntimeError("INTERNAL: something else broke")) is None
