@@ -40,6 +40,17 @@ def check_video_path(path: str) -> None:
         raise ConfigError(f"bad --video {path!r}: it is a folder; expected a file name ending in .gif or .mp4")
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise ConfigError(f"bad --video {path!r}: its folder {folder!r} does not exist or cannot be written")
+    # access() answers for permissions only (as root, /proc passes): create and remove the file the video is
+    # first written to, so that a path that cannot be written is refused now, not after the episode is played.
+    probe = f"{path}.tmp{suffix}"
+    try:
+        with open(probe, "x"):
+            pass
+        os.remove(probe)
+    except FileExistsError:  # left by an earlier run that was stopped: the folder takes files
+        pass
+    except OSError as err:
+        raise ConfigError(f"bad --video {path!r}: cannot write there ({err.strerror or err})") from None
 
 
 def record_episode(trained, *, greedy: bool = False, seed: int = 1) -> np.ndarray:

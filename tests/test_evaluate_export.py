@@ -241,6 +241,9 @@ BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of 
     ("bad-policy", "evaluate", lambda t, r: [r, "--policy", "student"], None, ["bad --policy 'student'", "learner, actor"]),
     ("no-such-step", "evaluate", lambda t, r: [r, "--step", "7"], None, ["bad --step 7", "no checkpoint folder"]),
     ("bad-video", "evaluate", lambda t, r: [r, "--video", str(t / "x.avi")], None, ["bad --video", ".gif or .mp4"]),
+    # /proc passes the access() check (as root) but takes no new file: refused before the episode is played.
+    ("video-cannot-write", "evaluate", lambda t, r: [r, "--video", "/proc/accerl-video-test.gif"], None,
+     ["bad --video '/proc/accerl-video-test.gif'", "cannot"]),
     ("misspelled-flag", "evaluate", lambda t, r: [r, "--epsiodes", "3"], None,
      ["unknown flag --epsiodes (perhaps --episodes", "python -m accerl_jax.evaluate --help"]),
     ("episodes-not-an-integer", "evaluate", lambda t, r: [r, "--episodes", "2.5"], None,
