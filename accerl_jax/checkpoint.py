@@ -229,7 +229,8 @@ def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: 
     path_in = path
     path = os.path.normpath(path)
     if not os.path.isdir(path):
-        raise ConfigError(f"bad {what} {path_in!r}: no such folder; expected a run folder holding "
+        problem = "it is a file" if os.path.exists(path) else "no such folder"
+        raise ConfigError(f"bad {what} {path_in!r}: {problem}; expected a run folder holding "
                           f"{CHECKPOINT_DIR}/ or a checkpoint folder <run>/{CHECKPOINT_DIR}/<update>")
     parent = os.path.dirname(path)
     if os.path.basename(parent) == CHECKPOINT_DIR:

@@ -233,6 +233,7 @@ def _out_file(t):
 BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of the one-line error)
     ("not-a-run", "evaluate", lambda t, r: [str(t)], None, ["bad RUN_DIR", "no checkpoints/ folder there"]),
     ("no-such-folder", "evaluate", lambda t, r: [str(t / "nope")], None, ["bad RUN_DIR", "no such folder"]),
+    ("a-file", "evaluate", lambda t, r: [_out_file(t)], None, ["bad RUN_DIR", "it is a file"]),
     ("half-written", "evaluate", lambda t, r: [r], _half_written, ["bad RUN_DIR", "no finished checkpoint"]),
     ("altered", "evaluate", lambda t, r: [r], _flip_byte, ["bad RUN_DIR", "is damaged"]),
     ("env-not-built", "export", lambda t, r: [r, "--out", str(t / "o")], _other_env,
