@@ -24,10 +24,8 @@ import shutil
 import sys
 import tempfile
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_purejaxrl import run_ours  # noqa: E402  (one whole process of the main job)
+from peer_purejaxrl import _median, run_ours  # noqa: E402  (one whole process of the main job; medians)
 from throughput_sebulba import write_outputs  # noqa: E402
 
 KEYS = ("process_s", "startup_s", "startup_before_train_s", "time_to_target_s")
@@ -41,11 +39,6 @@ def checkout(spec: str) -> tuple[str, str, str]:
         raise SystemExit(f"bad checkout {spec!r}; expected LABEL=PYTHON:FOLDER, e.g. new=.venv/bin/python:.")
     python = python if os.sep not in python else os.path.abspath(python)
     return label, python, os.path.abspath(folder)
-
-
-def _median(runs: list[dict], key: str) -> float | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return float(np.median(values)) if values else None
 
 
 def to_markdown(result: dict) -> str:
