@@ -70,7 +70,8 @@ class AnakinStepper:
         self.chunk_fn = AutoChunks(run) if run.plan.auto else make_chunk(run)
         self.fused_wait = float(run.extra.get("fused_wait_s", 0.0))  # seconds the host waited for the program
         self.state = self.chunk_end = None
-        self.flops: pieces.BackgroundFlops | None = None  # counted from the last chunk's dispatch on (steps)
+        self.flops: pieces.BackgroundFlops | None = None  # counted from the last chunk's dispatch on (_dispatch)
+        self.shapes: AnakinState | None = None  # seed 0's state shapes, for the FLOPs count (steps)
         self.lag_versions = float("nan")  # of the last update, seed 0
         self.skipped = np.asarray(run.extra.get("skipped_updates", 0))
         # Several processes: the next chunk is dispatched only after the driver has logged and saved this
@@ -87,7 +88,10 @@ class AnakinStepper:
 
     def _dispatch(self, s: AnakinState, after: int):
         end = self._boundary(after)
-        return (end, *self.chunk_fn(s, end - after))  # returns at once: the program runs in the background
+        pending = (end, *self.chunk_fn(s, end - after))  # returns at once: the program runs in the background
+        if end >= self.run.num_updates:
+            self._count_flops()
+        return pending
 
     def _snapshot(self, s: AnakinState, completed: int) -> checkpoint.TrainState:
         # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
@@ -104,11 +108,10 @@ class AnakinStepper:
             state = restored_state(run, self.skipped.tolist())
         self.state = place_state(run, state)
         completed = run.start_update
-        s0 = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype,
-                                                         weak_type=x.weak_type),
-                          self.state)  # seed 0's shapes, read before the program may take the buffers
+        self.shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype,
+                                                                  weak_type=x.weak_type),
+                                   self.state)  # read before the program may take the buffers
         pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
-        self._count_flops(pending, s0)
         while pending is not None:
             end, new_state, out, chunk_end = pending
             pending = hard_stop = None
@@ -130,7 +133,6 @@ class AnakinStepper:
                     pending = self._dispatch(new_state, end)
                 except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
                     hard_stop = err  # effect once this finished chunk is counted
-                self._count_flops(pending, s0)
             self.state, self.chunk_end, completed = new_state, chunk_end, completed + last
             bad = None
             if bad_update:
@@ -143,16 +145,14 @@ class AnakinStepper:
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
                 pending = self._dispatch(new_state, end)
-                self._count_flops(pending, s0)
 
-    def _count_flops(self, pending, shapes: AnakinState) -> None:
+    def _count_flops(self) -> None:
         """Start counting the pieces' FLOPs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`, for the
-        summary's cost split) once the chunk that ends the budget is dispatched: counting traces and lowers
-        the pieces, ~0.7-1.2 s of host time on a 2-core CPU, which slowed the training it ran beside by about
-        as much; from the last chunk on it overlaps the end of the run instead. ``shapes``: seed 0's."""
-        run = self.run
-        if (pending is None or pending[0] < run.num_updates or self.flops is not None or not run.writer
-                or not pieces.has_pieces(run)):
+        summary's cost split); :meth:`_dispatch` calls it with the chunk that ends the budget: counting traces
+        and lowers the pieces, ~0.7-1.2 s of host time on a 2-core CPU, which slowed the training it ran
+        beside by about as much; from the last chunk on it overlaps the end of the run instead."""
+        run, shapes = self.run, self.shapes
+        if self.flops is not None or not run.writer or not pieces.has_pieces(run):
             return
         self.flops = pieces.BackgroundFlops(run, shapes.learner, shapes.actor_params[0], shapes.compressor,
                                             shapes.carry)
