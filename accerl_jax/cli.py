@@ -13,6 +13,7 @@ import difflib
 import functools
 import inspect
 import math
+import sys
 import typing
 from typing import Annotated
 
@@ -203,6 +204,19 @@ def check_numbers(argv: list[str], cls=Config) -> list[str]:
                 if kind != "ints":
                     break
     return out
+
+
+def parse_args(cls, argv: list[str] | None, prog: str):
+    """Parse the command line ``argv`` (None: ``sys.argv[1:]``) of a tool whose flags are dataclass ``cls``'s
+    (``accerl_jax.evaluate``, ``accerl_jax.export``) with tyro, after :func:`check_flags` and
+    :func:`check_numbers`; ``--help`` prints and exits.
+
+    Raises:
+      ConfigError: an unknown flag or a bad numeric value, in one line.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    check_flags(argv, cls, prog)
+    return tyro.cli(cls, args=check_numbers(argv, cls), prog=prog)
 
 
 def _number(name: str, value: str, kind: str) -> str:

@@ -221,10 +221,8 @@ def _read_json(path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.check_flags(argv, Args, "python -m accerl_jax.evaluate")
-        args = tyro.cli(Args, args=cli.check_numbers(argv, Args), prog="python -m accerl_jax.evaluate")
+        args = cli.parse_args(Args, argv, "python -m accerl_jax.evaluate")
         record = evaluate(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

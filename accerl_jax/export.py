@@ -184,10 +184,8 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.check_flags(argv, Args, "python -m accerl_jax.export")
-        args = tyro.cli(Args, args=cli.check_numbers(argv, Args), prog="python -m accerl_jax.export")
+        args = cli.parse_args(Args, argv, "python -m accerl_jax.export")
         record = export(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
