@@ -42,7 +42,7 @@ def check_video_path(path: str) -> None:
         raise ConfigError(f"bad --video {path!r}: its folder {folder!r} does not exist or cannot be written")
     # access() answers for permissions only (as root, /proc passes): create and remove the file the video is
     # first written to, so that a path that cannot be written is refused now, not after the episode is played.
-    probe = f"{path}.tmp{suffix}"
+    probe = _tmp_path(path)
     try:
         with open(probe, "x"):
             pass
@@ -51,6 +51,11 @@ def check_video_path(path: str) -> None:
         pass
     except OSError as err:
         raise ConfigError(f"bad --video {path!r}: cannot write there ({err.strerror or err})") from None
+
+
+def _tmp_path(path: str) -> str:
+    """Where a video is written before it is renamed to ``path`` (same suffix, so the writer picks its format)."""
+    return f"{path}.tmp{os.path.splitext(path)[1]}"
 
 
 def record_episode(trained, *, greedy: bool = False, seed: int = 1) -> np.ndarray:
@@ -113,7 +118,7 @@ def write_video(frames: np.ndarray, info, path: str, fps: int = FPS) -> None:
     fig, update = _figure(frames, info)
     anim = animation.FuncAnimation(fig, update, frames=len(frames), interval=1000 / fps, blit=False)
     writer = animation.PillowWriter(fps=fps) if path.lower().endswith(".gif") else animation.FFMpegWriter(fps=fps)
-    tmp = f"{path}.tmp{os.path.splitext(path)[1]}"
+    tmp = _tmp_path(path)
     try:
         anim.save(tmp, writer=writer)
         os.replace(tmp, path)
