@@ -73,11 +73,12 @@ class Config:
     minibatches × devices (1 with --loss actor-critic)."""
     loop: str = "auto"
     """Execution style: 'anakin' (rollout, correction, learner update and re-compression fused into one
-    jitted lax.scan over --log-every updates; gymnax, or envpool through its XLA interface when asked for); 'sequential' (actor, learner and compressor
-    as separate timed jitted calls); 'sebulba' (envpool only: actor threads on async envpool, learner and
-    compressor in their own threads, bounded queues between them); 'auto' picks the default for the env
-    (anakin for gymnax MLP nets, sebulba for envpool, sequential on CPU for conv nets such as MinAtar's,
-    whose gradient steps XLA:CPU runs much slower inside a fused scan: docs/DESIGN.md)."""
+    jitted lax.scan over --log-every updates; gymnax, or envpool through its XLA interface when asked
+    for); 'sequential' (actor, learner and compressor as separate timed jitted calls); 'sebulba'
+    (envpool only: actor threads on async envpool, learner and compressor in their own threads, bounded
+    queues between them); 'auto' picks the default for the env (anakin for gymnax MLP nets, sebulba for
+    envpool, sequential on CPU for conv nets such as MinAtar's, whose gradient steps XLA:CPU runs much
+    slower inside a fused scan: docs/DESIGN.md)."""
     compress_every: int = 1
     """Anakin and sequential loops: re-compress the actor's policy every this many learner updates (between refreshes the actor keeps
     the last compressed policy, one more version behind per update; the Monitor logs the lag as
