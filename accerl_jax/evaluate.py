@@ -93,7 +93,7 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     env, info = trained.env, trained.info
     b = info.num_envs
     quota = np.full(b, episodes // b) + (np.arange(b) < episodes % b)
-    forward = make_forward(trained.apply, trained.params, info.continuous)
+    forward = make_forward(trained.apply, trained.params, info)
 
     def act(obs, key):
         action, best, _ = forward(obs, key)

@@ -6,7 +6,9 @@ Writes a trained policy (:mod:`accerl_jax.trained`) as a program that runs witho
 * ``DIR/policy.jax``: the forward function :func:`accerl_jax.trained.make_forward` serialized with
   ``jax.export`` (StableHLO bytecode; the batch dimension ``b`` symbolic, the parameters embedded as
   constants in their own dtypes, so an ``int8`` actor keeps its int8 weights and per-channel scales):
-  ``(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])``;
+  ``(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])``
+  (continuous: ``action`` and ``greedy_action`` float32 ``[b, D]``, clipped to the action space's bounds;
+  ``policy_out`` unclipped);
 * ``DIR/policy.json``: what a user needs to run it (observation shape and dtype, action space, the run's
   env and compressor spec), its parameter count and bytes and program size beside the learner's (the
   learner's forward is exported the same way to measure it), and KL(π_learner ‖ π) and greedy-action
@@ -79,7 +81,7 @@ def held_observations(trained, seed: int):
     from accerl_jax.trained import make_forward
 
     env = make_env(trained.cfg.env, HELD_ENVS, seed)
-    forward = jax.jit(make_forward(trained.learner_apply, trained.learner_params, env.info.continuous))
+    forward = jax.jit(make_forward(trained.learner_apply, trained.learner_params, env.info))
     step = jax.jit(env.step) if env.info.jittable else env.step
     env_state, obs = (jax.jit(env.reset) if env.info.jittable else env.reset)(jax.random.PRNGKey(seed))
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 3)
@@ -102,7 +104,7 @@ def export_program(apply, params, info) -> bytes:
 
     from accerl_jax.trained import make_forward
 
-    forward = make_forward(apply, params, info.continuous)
+    forward = make_forward(apply, params, info)
     (b,) = jax.export.symbolic_shape("b")
     obs = jax.ShapeDtypeStruct((b,) + tuple(info.obs_shape), np.dtype(info.obs_dtype))
     key = jax.ShapeDtypeStruct((2,), np.uint32)
@@ -140,7 +142,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
     # The deserialized program against the framework's forward on the held observations, one key.
     key = jax.random.PRNGKey(seed)
     exported = jax.export.deserialize(bytearray(program)).call(held, key)
-    framework = jax.jit(make_forward(trained.apply, trained.params, info.continuous))(held, key)
+    framework = jax.jit(make_forward(trained.apply, trained.params, info))(held, key)
     measure = gaussian_policy_divergence if info.continuous else policy_divergence
     divergence = {k: float(v) for k, v in measure(learner_out, framework[2]).items()}
     float_bytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(trained.params))
@@ -148,12 +150,18 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
                "high": list(info.action_high)} if info.continuous else {"kind": "discrete", "n": info.num_actions})
     record = {
         "program": PROGRAM_FILE,
-        "signature": "(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])",
+        "signature": "(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])"
+                     + ("; action, greedy_action float32 [b, D] clipped to action_space low/high" if info.continuous else ""),
         "jax_version": jax.__version__,
         "env": trained.cfg.env,
         "obs_shape": list(info.obs_shape),
         "obs_dtype": info.obs_dtype,
         "action_space": action,
+        # Continuous: the program is an env boundary, so the Gaussian sample and the mean come out clipped to
+        # the box (training clips in its env adapter and stores the unclipped sample's log-prob).
+        "action_clipping": ({"clipped": ["action", "greedy_action"], "low": list(info.action_low),
+                             "high": list(info.action_high), "unclipped": "policy_out (mean, log-std)"}
+                            if info.continuous else None),
         "policy": trained.policy,
         "compressor": trained.cfg.compressor if trained.policy == "actor" else "none",
         "run_compressor": trained.cfg.compressor,

@@ -161,15 +161,30 @@ def _picker(leaves: dict, num_seeds: int, seed_index: int, run_dir: str, step: i
     return pick
 
 
-def make_forward(apply: ApplyFn, params, continuous: bool) -> Callable:
+def clip_action(action: jax.Array, info) -> jax.Array:
+    """The one clip of a Gaussian action to the env's box outside the env adapters (evaluation, video,
+    export): ``action [N, D]`` float32 clipped per dimension to ``info.action_low``/``info.action_high``
+    (:class:`accerl_jax.envs.base.EnvInfo`); discrete actions ``[N]`` int32 pass unchanged."""
+    if not info.continuous:
+        return action
+    low = jnp.asarray(info.action_low, jnp.float32)[None]
+    high = jnp.asarray(info.action_high, jnp.float32)[None]
+    return jnp.clip(action.astype(jnp.float32), low, high)
+
+
+def make_forward(apply: ApplyFn, params, info) -> Callable:
     """The policy as one function of observations and a key, parameters closed over:
     ``forward(obs [N, *obs_shape], key uint32[2]) -> (action, greedy_action, policy_out)``.
 
-    ``action`` is sampled as the run's actor samples (:func:`accerl_jax.actor.sample_from`: distrax
-    ``Categorical(logits).sample(seed=key)``, int32 ``[N]``; continuous: the diagonal Gaussian, float32
-    ``[N, D]``, unclipped); ``greedy_action`` is ``argmax(logits)`` (continuous: the mean);
-    ``policy_out`` the ``[N, A]`` logits (or ``[N, 2D]`` mean then log-std).
+    ``info`` is the env's :class:`accerl_jax.envs.base.EnvInfo` (action space and bounds). ``action`` is
+    sampled as the run's actor samples (:func:`accerl_jax.actor.sample_from`: distrax
+    ``Categorical(logits).sample(seed=key)``, int32 ``[N]`` in ``[0, A)``; continuous: the diagonal Gaussian,
+    float32 ``[N, D]``); ``greedy_action`` is ``argmax(logits)`` (continuous: the mean). Continuous actions,
+    sampled and greedy, are clipped to the box (:func:`clip_action`): this is an env boundary, as the
+    adapters are in training (the actor stores the unclipped sample's log-prob; docs/DESIGN.md).
+    ``policy_out`` is the unclipped ``[N, A]`` logits (or ``[N, 2D]`` mean then log-std).
     """
+    continuous = info.continuous
 
     def forward(obs, key):
         out = apply(params, obs)[0]
@@ -178,7 +193,7 @@ def make_forward(apply: ApplyFn, params, continuous: bool) -> Callable:
             greedy = jnp.split(out, 2, axis=-1)[0].astype(jnp.float32)
         else:
             greedy = jnp.argmax(out, axis=-1).astype(jnp.int32)
-        return action, greedy, out
+        return clip_action(action, info), clip_action(greedy, info), out
 
     return forward
 

@@ -67,7 +67,7 @@ def record_episode(trained, *, greedy: bool = False, seed: int = 1) -> np.ndarra
     from accerl_jax.trained import make_forward
 
     env = make_env(trained.cfg.env, 1, seed)
-    forward = jax.jit(make_forward(trained.apply, trained.params, env.info.continuous))
+    forward = jax.jit(make_forward(trained.apply, trained.params, env.info))
     step = jax.jit(env.step) if env.info.jittable else env.step
     env_state, obs = (jax.jit(env.reset) if env.info.jittable else env.reset)(jax.random.PRNGKey(seed))
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2)

@@ -64,7 +64,7 @@ def real_run(tmp_path_factory):
 def _write_run(logdir, env_id: str, compressor: str) -> str:
     """A run folder holding checkpoint 1 of untrained networks, written as training writes it."""
     cfg = Config(env=env_id, compressor=compressor, num_envs=2, rollout_length=4, total_steps=8, distill_steps=1,
-                 hidden_sizes=MLP_WIDTHS if env_id == "gymnax:CartPole-v1" else (), logdir=str(logdir), progress=False)
+                 hidden_sizes=MLP_WIDTHS if env_id == "gymnax:CartPole-v1" else (8,) if "Pendulum" in env_id else (), logdir=str(logdir), progress=False)
     env = make_env(cfg.env, cfg.num_envs)
     spec = plan_lib.make_plan(cfg, env.info, plan_lib.check_config(cfg)).spec
     k_net, k_comp, k_env = jax.random.split(jax.random.PRNGKey(3), 3)
@@ -96,6 +96,7 @@ CASES = [  # (id, env, compressor)
     ("mlp-distill", "gymnax:CartPole-v1", "distill:small"),
     ("cnn-distill", "gymnax:Breakout-MinAtar", "distill:small"),
     ("cnn-distill-int8", "gymnax:Breakout-MinAtar", "distill:small+int8"),
+    ("mlp-gaussian", "gymnax:Pendulum-v1", "none"),  # continuous actions in [-2, 2]
 ]
 
 
@@ -143,7 +144,7 @@ def test_exported_policy_gives_the_frameworks_actions(runs, exported, tmp_path, 
     assert spec["obs_shape"] == list(obs.shape[1:]) and spec["obs_dtype"] == str(obs.dtype)
     for seed in (0, 1):
         key = jax.random.PRNGKey(seed)
-        want = jax.jit(trained.make_forward(ref.apply, ref.params, False))(obs, key)
+        want = jax.jit(trained.make_forward(ref.apply, ref.params, ref.info))(obs, key)
         got = policy(obs, key)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))  # sampled actions
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))  # greedy actions
@@ -156,6 +157,40 @@ def test_exported_policy_gives_the_frameworks_actions(runs, exported, tmp_path, 
     if ref.cfg.compressor == "none":  # the actor is the learner
         assert record["param_count"] == record["learner_param_count"]
         assert record["kl_learner_actor"] == pytest.approx(0.0, abs=1e-6) and record["action_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("case", ["mlp-none", "mlp-distill-int8", "mlp-gaussian", "cnn-distill", "cnn-distill-int8"])
+def test_exported_actions_stay_in_the_action_space_far_off_distribution(exported, case):
+    """Every network family's exported program (MLP discrete, MLP Gaussian, MinAtar conv net), through the
+    README's loader, on observations far outside anything training saw: sampled and greedy actions are valid
+    discrete indices or lie inside the box, and policy.json says what is clipped."""
+    folder, record, ref = exported[case]
+    spec, policy = _readme_loader(folder)
+    env = make_env(ref.cfg.env, 8, 0)
+    _, obs = env.reset(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    shape = tuple(spec["obs_shape"])
+    obs = np.concatenate([np.asarray(obs) * 1e3, np.asarray(obs) * -1e3, rng.normal(0, 1e4, (8,) + shape),
+                          rng.uniform(-1e6, 1e6, (8,) + shape)]).astype(spec["obs_dtype"])
+    space = spec["action_space"]
+    for seed in range(3):
+        action, greedy, _ = policy(obs, jax.random.PRNGKey(seed))
+        for a in (np.asarray(action), np.asarray(greedy)):
+            assert np.all(np.isfinite(a)) if space["kind"] == "box" else a.dtype == np.int32
+            if space["kind"] == "box":
+                assert a.shape == (len(obs), *space["shape"])
+                assert np.all(a >= np.asarray(space["low"], np.float32)), a.min()
+                assert np.all(a <= np.asarray(space["high"], np.float32)), a.max()
+            else:
+                assert a.shape == (len(obs),) and np.all((0 <= a) & (a < space["n"])), a
+    if space["kind"] == "box":  # the framework's forward (evaluate, video) is the same clipped program
+        want = jax.jit(trained.make_forward(ref.apply, ref.params, ref.info))(obs, jax.random.PRNGKey(0))
+        np.testing.assert_array_equal(np.asarray(policy(obs, jax.random.PRNGKey(0))[0]), np.asarray(want[0]))
+        assert space["low"] == [-2.0] and space["high"] == [2.0]
+        assert spec["action_clipping"]["clipped"] == ["action", "greedy_action"]
+        assert spec["action_clipping"]["low"] == space["low"] and spec["action_clipping"]["high"] == space["high"]
+    else:
+        assert spec["action_clipping"] is None
 
 
 @pytest.mark.parametrize("family", ["mlp", "cnn"])
