@@ -52,9 +52,10 @@ class Episodes(NamedTuple):
 class Bad(NamedTuple):
     """A non-finite update under ``--on-nan stop``."""
 
-    quantity: str  # "loss", "gradients" or "parameters" (accerl_jax.guard.QUANTITIES)
+    quantity: str  # the first non-finite part, e.g. "rewards", "behaviour log_prob" (accerl_jax.guard.QUANTITIES)
     update: int  # the update (1-based) that produced it
     seed: int  # index of the seed it happened in (0 for one seed)
+    streak: int = 0  # --on-nan skip: the consecutive skipped updates that stopped the run (0: --on-nan stop)
 
 
 class Step(NamedTuple):
@@ -223,7 +224,7 @@ class Driver:
             b = step.bad
             where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
             self.stopped = "diverged"
-            self.stop_reason = guard_lib.stop_reason(b.quantity, b.update, step.metrics[b.seed], where)
+            self.stop_reason = guard_lib.stop_reason(b.quantity, b.update, step.metrics[b.seed], where, b.streak)
             self._log(step.update, step.refreshed)
             return
         self.snapshot = step.snapshot
@@ -328,6 +329,13 @@ class Driver:
         fields = stepper.fields()
         skipped = stepper.extra().get("skipped_updates", 0)
         skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
+        if self.stopped is None and self.completed > 0 and 2 * max(skipped) > self.completed:
+            # A run that skipped most of its updates did not train: never a normal finish (exit status 1).
+            k = int(np.argmax(skipped))
+            where = f" of seed {run.cfg.seed + k}" if len(self.monitors) > 1 else ""
+            self.stopped = "diverged"
+            self.stop_reason = (f"{skipped[k]} of {self.completed} updates{where} skipped for non-finite quantities "
+                                "(--on-nan skip): most of the run did not train")
         common = dict(completed=self.completed, stopped=self.stopped, stop_reason=self.stop_reason,
                       exit_signal=self.stop.requested, speed_report=report, **self._startup(), **fields)
         if len(self.monitors) == 1:
@@ -434,6 +442,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "return_window": cfg.return_window,
         "returns_averaged": min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
         "episodes": monitor.episodes,
+        "episodes_nonfinite": monitor.nonfinite_episodes,  # finished with a NaN/inf return, not averaged
         "steps_per_s": monitor.env_steps / wall,
         # Added beside steps_per_s (kept as it was): what it counts, and one seed's rate (with --num-seeds the
         # run's own summary counts all seeds' steps in steps_per_s).

@@ -201,6 +201,9 @@ class Monitor:
         self.returns: collections.deque = collections.deque(maxlen=return_window)
         self.lengths: collections.deque = collections.deque(maxlen=return_window)  # agent steps per episode
         self.episodes = 0
+        # Finished episodes whose return is NaN or inf (e.g. an env's NaN reward): counted in ``episodes``
+        # and here, never averaged into return_mean / length_mean.
+        self.episodes_nonfinite = 0
         self.env_steps = 0
         # --num-seeds > 1: the seeds' own Monitors. This Monitor then summarises them: its steps are one
         # seed's (the x axis every seed shares), its return and length the mean over seeds of each seed's
@@ -274,15 +277,20 @@ class Monitor:
     def record_episodes(self, episode_return: np.ndarray, finished: np.ndarray, steps: int,
                         episode_length: np.ndarray | None = None) -> None:
         """Add the returns (and lengths, in agent steps) of episodes that finished in a rollout of
-        ``steps`` env steps (``[T, B]`` arrays, ``finished`` bool)."""
+        ``steps`` env steps (``[T, B]`` arrays, ``finished`` bool). An episode whose return is not finite
+        is counted in ``episodes`` and ``episodes_nonfinite`` but kept out of the returns (and lengths)
+        averaged."""
         self.record_steps(steps)
         finished = np.asarray(finished)
+        episode_return = np.asarray(episode_return)
         # Time-major order: earlier steps first, so the deque keeps the most recent episodes.
-        done_returns = np.asarray(episode_return)[finished]
-        self.returns.extend(done_returns.tolist())
+        done_returns = episode_return[finished]
+        ok = np.isfinite(done_returns)
+        self.returns.extend(done_returns[ok].tolist())
         if episode_length is not None:
-            self.lengths.extend(np.asarray(episode_length)[finished].tolist())
+            self.lengths.extend(np.asarray(episode_length)[finished][ok].tolist())
         self.episodes += int(done_returns.size)
+        self.episodes_nonfinite += int(done_returns.size - np.count_nonzero(ok))
 
     def record_steps(self, steps: int, episodes: int = 0) -> None:
         """Count ``steps`` env steps and ``episodes`` finished episodes without their returns (a
@@ -294,6 +302,7 @@ class Monitor:
         """The counters a resumed run continues from (JSON-able): stage times, env steps, episodes, the
         returns window and the wall time so far (seconds)."""
         return {"times": dict(self.times), "env_steps": self.env_steps, "episodes": self.episodes,
+                "episodes_nonfinite": self.episodes_nonfinite,
                 "returns": list(self.returns), "lengths": list(self.lengths), "wall_time_s": self.wall_time,
                 "wandb_id": self.wandb_id}
 
@@ -302,6 +311,7 @@ class Monitor:
         self.times.update(state["times"])
         self.env_steps = int(state["env_steps"])
         self.episodes = int(state["episodes"])
+        self.episodes_nonfinite = int(state.get("episodes_nonfinite", 0))  # older checkpoints have none
         self.returns.clear()
         self.returns.extend(state["returns"])
         self.lengths.clear()
@@ -309,6 +319,11 @@ class Monitor:
         if self.wandb_id is not None and state.get("wandb_id"):
             self.wandb_id = state["wandb_id"]
         self.start = time.perf_counter() - float(state["wall_time_s"])
+
+    @property
+    def nonfinite_episodes(self) -> int:
+        """Finished episodes with a non-finite return (of several seeds: the sum over the seeds)."""
+        return sum(m.episodes_nonfinite for m in self.seeds) if self.seeds else self.episodes_nonfinite
 
     @property
     def has_returns(self) -> bool:
@@ -339,7 +354,8 @@ class Monitor:
         wall = self.wall_time
         row = {"update": update, "env_steps": self.env_steps, "wall_time_s": wall,
                "steps_per_s": self.env_steps / max(wall, 1e-9), "return_mean": self.return_mean,
-               "length_mean": self.length_mean, "episodes": self.episodes}
+               "length_mean": self.length_mean, "episodes": self.episodes,
+               "episodes_nonfinite": self.nonfinite_episodes}
         row.update({f"time_{k}_s": v for k, v in self.times.items()})
         row.update({k: float(v) for k, v in metrics.items()})
         if self._csv is None:
@@ -544,6 +560,8 @@ def print_summary(summary: dict) -> None:
         per_seed = [r for r in summary["final_return_mean_per_seed"] if r is not None]
         table.add_row("  per seed: min / max", f"{min(per_seed):.1f} / {max(per_seed):.1f}", "")
     table.add_row("episodes finished" + (" (all seeds)" if seeds > 1 else ""), f"{summary['episodes']:,}", "")
+    if summary.get("episodes_nonfinite"):
+        table.add_row("  with a non-finite return (not averaged)", f"{summary['episodes_nonfinite']:,}", "")
     if summary.get("final_length_mean") is not None:
         table.add_row("episode length (same episodes, mean)", f"{summary['final_length_mean']:.1f} steps", "")
     if seeds > 1:

@@ -428,3 +428,15 @@ def test_the_anakin_loops_fused_program_is_a_stage_of_its_own_in_the_plots(tmp_p
     monitor.close()
     assert "fused program (actor + learner + compression)" in drawn
     assert not {"actor", "learner", "compress"} & set(drawn)  # stages that stayed 0 are not drawn
+
+
+def test_a_nonfinite_episode_return_is_counted_apart_not_averaged(tmp_path):
+    from accerl_jax.monitor import Monitor
+
+    monitor = Monitor(str(tmp_path), total_steps=16, progress=False)
+    returns = np.array([[3.0, np.nan, 5.0, np.inf]])
+    monitor.record_episodes(returns, np.ones((1, 4), bool), 8, episode_length=np.full((1, 4), 2))
+    assert monitor.episodes == 4 and monitor.episodes_nonfinite == 2
+    assert monitor.return_mean == 4.0 and monitor.length_mean == 2.0
+    assert monitor.state_dict()["episodes_nonfinite"] == 2
+    monitor.close()

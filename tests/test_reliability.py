@@ -333,3 +333,46 @@ def test_stop_reason_names_the_quantity_update_seed_loss_and_gradient_norm():
     m = {"loss": float("nan"), "grad_norm": 2.5}
     assert stop_reason("loss", 7, m) == "non-finite loss at update 7 (loss nan, grad_norm 2.5)"
     assert stop_reason("gradients", 7, m, " of seed 3") == "non-finite gradients at update 7 of seed 3 (loss nan, grad_norm 2.5)"
+
+
+@pytest.mark.parametrize("on_nan", ["stop", "skip"])
+def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
+    """A student whose distillation diverges (an extreme --distill-learning-rate) poisons the behaviour
+    log_prob: the guard names the compressed actor, not the learner's loss, and --on-nan skip stops after
+    guard.MAX_SKIP_STREAK + 1 consecutive skips instead of finishing as if healthy."""
+    summary = loop.train(tiny(None, compressor="distill:tiny", distill_learning_rate=1e30, on_nan=on_nan))
+    assert summary["stopped"] == "diverged"
+    last = 2 if on_nan == "stop" else 1 + guard.MAX_SKIP_STREAK + 1  # skip: the update that ended the streak
+    assert f"non-finite compressed actor parameters at update {last}" in summary["stop_reason"]
+    assert "the learner did not" in summary["stop_reason"]
+    if on_nan == "skip":
+        assert summary["stop_reason"].startswith(f"{guard.MAX_SKIP_STREAK + 1} consecutive updates skipped")
+        assert summary["updates"] == 2 + guard.MAX_SKIP_STREAK
+
+
+def test_most_updates_skipped_is_not_a_normal_finish(tmp_path, monkeypatch):
+    poison_updates(monkeypatch, {1, 2, 4, 5, 7}, "grad_norm")  # 5 of 8, never more than 2 in a row
+    summary = loop.train(tiny(None, on_nan="skip"))
+    assert summary["updates"] == UPDATES and summary["skipped_updates"] == 5
+    assert summary["stopped"] == "diverged" and summary["stop_reason"].startswith("5 of 8 updates skipped")
+
+
+def test_guard_names_the_first_bad_input_before_the_learner():
+    from accerl_jax.types import Rollout
+
+    fields = {f: jnp.zeros((2, 3)) for f in Rollout._fields}
+    fields["valid"] = jnp.ones((2, 3), bool)
+    metrics = {"loss": jnp.float32(jnp.nan), "grad_norm": jnp.float32(jnp.nan)}
+    params = {"w": jnp.zeros(2)}
+
+    def cause(**bad):
+        batch = Rollout(**dict(fields, **{k: v * jnp.nan for k, v in bad.items()}))
+        return guard.quantity(int(guard.first_bad(guard.finite_flags(metrics, params, batch))))
+
+    assert cause(reward=fields["reward"]) == "rewards"
+    assert cause(obs=fields["obs"], reward=fields["reward"]) == "observations"
+    assert cause(log_prob=fields["log_prob"]) == "behaviour log_prob"
+    assert cause() == "loss"
+    nan_actor = {"w": jnp.full(2, jnp.nan)}
+    assert guard.quantity(int(guard.refine(jnp.int32(guard.LOG_PROB), nan_actor))) == "compressed actor parameters"
+    assert int(guard.refine(jnp.int32(guard.FINITE), nan_actor)) == guard.FINITE

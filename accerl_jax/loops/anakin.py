@@ -33,7 +33,7 @@ import numpy as np
 from accerl_jax import checkpoint
 from accerl_jax.actor import AnakinActor
 from accerl_jax.driver import Bad, Episodes, Final, Step
-from accerl_jax.guard import quantity
+from accerl_jax.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
 from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
 from accerl_jax.loops import pieces
@@ -137,7 +137,8 @@ class AnakinStepper:
             bad = None
             if bad_update:
                 seed_k = int(np.argmax(bad_seeds == bad_update))
-                bad = Bad(quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k])), bad_update, seed_k)
+                bad = Bad(quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k])), bad_update, seed_k,
+                          MAX_SKIP_STREAK + 1 if run.cfg.on_nan == "skip" else 0)
             yield Step(completed, last, metrics, [chunk_episodes(o, last) for o in outs],
                        None if bad else self._snapshot(new_state, completed), bad,
                        refreshed=bool(np.any(out.refreshed[..., :last])))

@@ -38,7 +38,10 @@ class AnakinState(NamedTuple):
     obs: jax.Array  # [T * B, *obs_shape] the last rollout's observations (held-out set for divergence logs)
     update: jax.Array  # [] int32, updates completed
     skipped: jax.Array  # [] int32, updates skipped by --on-nan skip
-    bad_update: jax.Array  # [] int32, the first update with a non-finite quantity (--on-nan stop), 0: none
+    streak: jax.Array  # [] int32, consecutive updates skipped up to the last (--on-nan skip; 0 after a resume)
+    # [] int32, the first update with a non-finite quantity (--on-nan stop), or the one that made more than
+    # accerl_jax.guard.MAX_SKIP_STREAK consecutive skips (--on-nan skip); 0: none
+    bad_update: jax.Array
     bad_quantity: jax.Array  # [] int32, its index into accerl_jax.guard.QUANTITIES, FINITE (-1): none
 
 
@@ -75,7 +78,14 @@ def make_update_step(run: Run, with_rollout: bool = False):
         it = s.update + 1
         carry, rollout = run.actor.rollout_fn(s.actor_params[0], s.carry)
         learner, metrics, bad, *outputs = guarded(s.learner, rollout, it)
-        skipped = s.skipped + (bad != FINITE).astype(jnp.int32) if cfg.on_nan == "skip" else s.skipped
+        bad = guard_lib.refine(bad, s.actor_params[0])  # a diverged student is named, not the learner
+        if cfg.on_nan == "skip":
+            skipped = s.skipped + (bad != FINITE).astype(jnp.int32)
+            streak = jnp.where(bad != FINITE, s.streak + 1, 0).astype(jnp.int32)
+            first_bad = (s.bad_update == 0) & (streak > guard_lib.MAX_SKIP_STREAK)
+        else:
+            skipped, streak = s.skipped, s.streak
+            first_bad = (s.bad_update == 0) & (bad != FINITE)
         obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
         kwargs = teacher_kwargs(outputs, obs.shape[0])
         if every == 1:
@@ -87,7 +97,6 @@ def make_update_step(run: Run, with_rollout: bool = False):
                 refreshed, lambda: compressor.compress(learner.params, s.compressor, obs, **kwargs),
                 lambda: (s.actor_params[-1], s.compressor))
             version = jnp.where(refreshed, it, s.versions[-1])
-        first_bad = (s.bad_update == 0) & (bad != FINITE) if cfg.on_nan == "stop" else jnp.bool_(False)
         new = AnakinState(
             learner=learner,
             actor_params=s.actor_params[1:] + (actor_params,),
@@ -97,6 +106,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
             obs=obs,
             update=it,
             skipped=skipped,
+            streak=streak,
             bad_update=jnp.where(first_bad, it, s.bad_update),
             bad_quantity=jnp.where(first_bad, bad, s.bad_quantity),
         )
@@ -131,7 +141,7 @@ def state_sharding(run: Run | None = None):
         batch = replicated
     return AnakinState(learner=replicated, actor_params=replicated, versions=replicated, compressor=replicated,
                        carry=ActorCarry(batch, batch, batch), obs=replicated, update=replicated,
-                       skipped=replicated, bad_update=replicated, bad_quantity=replicated)
+                       skipped=replicated, streak=replicated, bad_update=replicated, bad_quantity=replicated)
 
 
 def chunk_length(run: Run) -> int:

@@ -39,7 +39,8 @@ def _initial_state(run: Run, seed: int) -> AnakinState:
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
     zero = jnp.zeros((), jnp.int32)
     learner = learner_lib.init_state(params, run.optimizer, run.mesh, key=learner_lib.learner_key(seed))
-    return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero, zero,
+    return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero,
+                       zero, zero,
                        jnp.full((), FINITE, jnp.int32))
 
 
@@ -62,7 +63,7 @@ def restored_state(run: Run, skipped) -> AnakinState:
 
     return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
                        per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
-                       per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
+                       per_seed(jnp.int32(0)), per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
 
 
 def place_state(run: Run, state: AnakinState) -> AnakinState:

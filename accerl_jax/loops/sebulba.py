@@ -193,7 +193,7 @@ class SebulbaStepper:
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
             completed = it
             yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
-                       Bad(bad, it, 0) if bad is not None else None)
+                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None)
             if bad is not None:
                 return
         if driver.keep_going(completed):  # the actor's final policy: the compression of the last update

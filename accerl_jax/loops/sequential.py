@@ -82,7 +82,7 @@ class SequentialStepper:
             rho_params = self.state.params  # the parameters the update computes ρ with
             with monitor.time("learner"):
                 # bad: --on-nan stop's quantity; outputs: the learner's at rollout.obs (run.teacher_update)
-                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
+                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it, self.lagged[0])
                 jax.block_until_ready(self.state)
             metrics["policy_lag_versions"] = self.lag
             obs_global = self._global_obs(rollout.obs)
@@ -113,7 +113,7 @@ class SequentialStepper:
                 monitor.log_refresh(it, run.divergence(run.learner_logits(self.state.params, held),
                                                        run.actor_logits(self.actor_params, held)))
             yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
-                       Bad(bad, it, 0) if bad is not None else None)
+                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None)
 
     def _global_obs(self, obs) -> jax.Array:
         """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
