@@ -283,8 +283,10 @@ def load_settings(path: str) -> dict:
 
 def resumed_settings(path: str) -> dict:
     """The settings of the run whose checkpoint ``--resume path`` names (its latest, or the one named),
-    without the run-control fields (log folder, progress, logging, checkpoints, W&B, multi-host
-    addresses), which a resumed run takes from its own flags.
+    with its cadence (:data:`~accerl_jax.checkpoint.RUN_CADENCE_FIELDS`: --log-every, --checkpoint-every,
+    --keep-checkpoints, --on-nan) and without the per-invocation fields (log folder, progress, W&B,
+    multi-host addresses, compile cache; :data:`~accerl_jax.checkpoint.PER_INVOCATION_FIELDS`), which a
+    resumed run takes from its own flags.
 
     Raises:
       ConfigError: ``path`` is not a run folder or finished checkpoint (as ``--resume`` says), or its
@@ -294,7 +296,7 @@ def resumed_settings(path: str) -> dict:
 
     saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
                            f"--resume {path!r}", "resume")
-    return {k: v for k, v in saved.items() if k not in checkpoint.RUN_CONTROL_FIELDS}
+    return {k: v for k, v in saved.items() if k not in checkpoint.PER_INVOCATION_FIELDS}
 
 
 def saved_settings(config: dict, where: str, verb: str) -> dict:
