@@ -55,6 +55,11 @@ RUN_CONTROL_FIELDS = frozenset(
 # Fields a resumed run may change besides those: the budget (to extend a run; the learning rate then
 # follows the schedule of the new budget) and what only reports (the window of final_return_mean).
 RESUME_MAY_CHANGE = RUN_CONTROL_FIELDS | {"total_steps", "return_window"}
+# The run-control fields that are the run's own cadence: ``--resume RUN`` alone keeps the saved values (a
+# flag given with it overrides them). The others (folders, progress, W&B, addresses, cache) are this
+# invocation's own and take this command line's flags or defaults.
+RUN_CADENCE_FIELDS = frozenset({"log_every", "checkpoint_every", "keep_checkpoints", "on_nan"})
+PER_INVOCATION_FIELDS = RUN_CONTROL_FIELDS - RUN_CADENCE_FIELDS
 # The layout of the global batch: --num-envs counts one process's environments, so these may change
 # together on resume as long as --num-envs x processes (the learner's batch) stays the same.
 LAYOUT_FIELDS = ("num_envs", "num_processes")
@@ -181,6 +186,17 @@ def config_differences(saved: dict, current: dict, saved_processes: int = 1, pro
         if saved.get(name) != current.get(name):
             diffs.append(f"{flag(name)} {saved.get(name)!r} (checkpoint) vs {current.get(name)!r} (now)")
     return diffs
+
+
+def resume_changes(saved: dict, current: dict) -> list[str]:
+    """``--flag saved -> current`` for each setting of the saved run that a resume may change and
+    ``current`` changes (the budget, :data:`RUN_CADENCE_FIELDS`, --return-window); a field ``saved`` lacks
+    (an older version's record) is not named."""
+    from accerl_jax.config import flag
+
+    names = [n for n in ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan", "return_window")
+             if n in saved and n in current and saved[n] != current[n]]
+    return [f"{flag(n)} {saved[n]!r} -> {current[n]!r}" for n in names]
 
 
 def find_resume_point(resume: str, logdir: Optional[str], config: dict, processes: int = 1) -> ResumePoint:
@@ -553,6 +569,7 @@ def host_key_only(carry, jittable: bool):
 
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
+    "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "resume_changes",
     "config_differences", "find_checkpoint", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
     "trim_metrics", "host_key_only",
     "lock_run", "remove_run",

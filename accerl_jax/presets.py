@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from typing import NamedTuple
 
-from accerl_jax.config import Config, ConfigError, common_name
+from accerl_jax.config import Config, ConfigError, common_name, flag
 
 
 class Preset(NamedTuple):
@@ -52,37 +53,72 @@ PRESETS = {
 }
 
 
-def _check_fields(settings: dict, where: str) -> dict:
+def _kind(name: str) -> tuple[str, bool] | None:
+    """Config field ``name``'s base type (``"int"``, ``"float"``, ``"str"``, ``"bool"``, ``"tuple[int, ...]"``)
+    and whether it is optional; None for a name that is no field."""
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(Config)}
+    if name not in kinds:
+        return None
+    optional = kinds[name].startswith("Optional[")
+    return (kinds[name][len("Optional["):-1] if optional else kinds[name]), optional
+
+
+def _field_name(key) -> str:
+    """A settings file's key as a Config field name (``num-envs`` -> ``num_envs``, ``lambda`` -> ``lambda_``)."""
+    name = str(key).lstrip("-").replace("-", "_")
+    return "lambda_" if name == "lambda" else name
+
+
+def _check_fields(settings: dict, where: str, nulls: dict | None = None) -> dict:
+    """``settings`` (a settings file's or preset's mapping) as Config fields, each as its field's type.
+    ``nulls``: the text a YAML null was written as, by key (named in the error if it is refused).
+
+    Raises:
+      ConfigError: an unknown setting, or a value its field does not take.
+    """
     names = {f.name for f in dataclasses.fields(Config)}
     fields = {}
     for key, value in settings.items():
-        name = str(key).lstrip("-").replace("-", "_")
-        if name == "lambda":
-            name = "lambda_"
+        name = _field_name(key)
         if name not in names or name in ("preset", "config"):
             ours = common_name(name)  # another framework's name (lr, gamma, ent_coef): ours, else the closest spellings
             close = [ours] if ours else difflib.get_close_matches(name, sorted(names - {"preset", "config"}), n=2)
             hint = f" (perhaps {' or '.join(close)})" if close else ""
             raise ConfigError(f"bad {where}: unknown setting {key!r}{hint}; expected Config fields such as "
                               "env, compressor, total_steps, num_envs (see --help)")
-        fields[name] = _typed(name, value, where)
+        fields[name] = _typed(name, value, where, (nulls or {}).get(key))
     return fields
 
 
-def _typed(name: str, value, where: str):
-    """``value`` as Config field ``name``'s type (int, float, str, bool, optional, tuple of ints)."""
-    kind = {f.name: str(f.type) for f in dataclasses.fields(Config)}[name]
-    optional = kind.startswith("Optional[")
-    base = kind[len("Optional["):-1] if optional else kind
+def _number(name: str, value, kind: str):
+    """``value`` (a number, or its text) read as the CLI reads flag ``name``'s (:func:`accerl_jax.cli._number`:
+    an integer field takes a whole number in any notation, 1e3 or 1000.0); ``value`` unchanged where it is
+    not a number of that ``kind`` (``"int"`` or ``"float"``), for the caller to refuse."""
+    from accerl_jax import cli
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return value
+    try:
+        text = cli._number(flag(name), value if isinstance(value, str) else repr(value), kind)
+    except ConfigError:
+        return value
+    return int(text) if kind == "int" else float(text)
+
+
+def _typed(name: str, value, where: str, null_text: str | None = None):
+    """``value`` as Config field ``name``'s type (int, float, str, bool, optional, tuple of ints); numbers as
+    the CLI's flags read them (:func:`_number`). ``null_text``: how a null ``value`` was written.
+
+    Raises:
+      ConfigError: ``bad <where>: <name> = <value>; expected ...`` for a value the field does not take.
+    """
+    base, optional = _kind(name)
     if value is None and optional:
         return None
-    if base in ("int", "float") and isinstance(value, str):  # YAML 1.1 reads 3e-4 and 2e6 (no dot) as text
-        try:
-            number = float(value)  # also reads 1_024
-        except ValueError:
-            number = None
-        if number is not None and (base == "float" or number.is_integer()):
-            value = number if base == "float" else int(number)
+    if base in ("int", "float"):
+        value = _number(name, value, base)
+    elif base == "tuple[int, ...]" and isinstance(value, (list, tuple)):
+        value = [_number(name, v, "int") for v in value]
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
           "str": isinstance(value, str), "bool": isinstance(value, bool),
@@ -91,8 +127,108 @@ def _typed(name: str, value, where: str):
     if not ok:
         what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
                 "tuple[int, ...]": "a list of integers"}.get(base, base)
-        raise ConfigError(f"bad {where}: {name} = {value!r}; expected {what}{' or null' if optional else ''}")
+        shown = f"{null_text or 'empty'} (null)" if value is None and null_text is not None else repr(value)
+        raise ConfigError(f"bad {where}: {name} = {shown}; expected {what}{' or null' if optional else ''}")
     return float(value) if base == "float" else tuple(value) if base == "tuple[int, ...]" else value
+
+
+# YAML 1.1 literals that YAML 1.2 (and TOML) read otherwise, in a setting that is not a string.
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+_BASE_60 = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+_YAML11_BOOLS = {w: v for words, v in (("yes Yes YES on On ON", True), ("no No NO off Off OFF", False))
+                 for w in words.split()}
+
+
+def _refuse_ambiguous(name: str, text: str, base: str, where: str) -> None:
+    """Refuse plain scalar ``text`` of non-string field ``name`` (of type ``base``) if YAML 1.1 and 1.2 read it
+    differently: a leading zero (octal in 1.1, decimal in 1.2), base 60 (``1:30``: 90 in 1.1, text in
+    1.2), or yes/no/on/off for a bool field (booleans in 1.1, text in 1.2). They are refused rather than
+    read as YAML 1.2 says, because the same file read by a YAML 1.1 tool (PyYAML's own ``safe_load``, an
+    older accerl_jax) would silently mean another number; TOML refuses leading zeros too.
+
+    Raises:
+      ConfigError: naming the setting, the literal, both readings and what to write instead.
+    """
+    if _LEADING_ZERO.fullmatch(text):
+        digits = text.lstrip("+-").replace("_", "")
+        sign = "-" if text.startswith("-") else ""
+        decimal = int(sign + digits, 10)
+        octal = (f"octal {int(sign + digits, 8)} in YAML 1.1" if set(digits) <= set("01234567")
+                 else "text in YAML 1.1")
+        fix = f"write {decimal}" + (f", or {sign}0o{digits.lstrip('0') or '0'} for octal" if "octal" in octal else "")
+        raise ConfigError(f"bad {where}: {name}: {text} is ambiguous ({octal}, decimal {decimal} in YAML 1.2); {fix}")
+    if base != "str" and _BASE_60.fullmatch(text):
+        import yaml
+
+        value = yaml.safe_load(text)
+        raise ConfigError(f"bad {where}: {name}: {text} is ambiguous (base 60 in YAML 1.1: {value}; text in "
+                          f"YAML 1.2); write {value}")
+    if base == "bool" and text in _YAML11_BOOLS:
+        raise ConfigError(f"bad {where}: {name}: {text} is not a boolean in YAML 1.2 (YAML 1.1 reads it as "
+                          f"{str(_YAML11_BOOLS[text]).lower()}); write true or false")
+
+
+def _yaml12_loader():
+    """A PyYAML SafeLoader whose implicit types follow YAML 1.2's core schema: null (``~``, ``null``, empty),
+    bool (``true``/``false`` only), int (decimal, ``0o`` octal, ``0x`` hex), float (``1e3`` and ``.5``
+    too, ``.inf``, ``.nan``); every other plain scalar is text (``off``, ``yes``, ``1:30``)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        yaml_implicit_resolvers: dict = {}
+
+        def construct_yaml_int(self, node):  # YAML 1.2: a leading 0 is decimal, 0o octal, 0x hex
+            text = self.construct_scalar(node)
+            sign = -1 if text.startswith("-") else 1
+            digits = text.lstrip("+-")
+            base = 8 if digits.startswith("0o") else 16 if digits.startswith("0x") else 10
+            return sign * int(digits[2:] if base != 10 else digits, base)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    for tag, pattern, first in (
+            ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+            ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+            ("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+            ("float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                      r"|\.(?:nan|NaN|NAN))$", list("-+.0123456789"))):
+        Loader.add_implicit_resolver(f"tag:yaml.org,2002:{tag}", re.compile(pattern), first)
+    return Loader
+
+
+def _read_yaml(f, where: str) -> tuple[object, dict]:
+    """The settings of YAML stream ``f`` read against Config's field types (:func:`_yaml12_loader`), and the
+    text each null was written as, by key. A string field's plain scalar is the text as written
+    (``compile_cache: off`` is ``'off'``, as ``--compile-cache off``); a YAML 1.1/1.2-ambiguous literal in
+    another field is refused (:func:`_refuse_ambiguous`). Not a mapping: what the document holds.
+
+    Raises:
+      ConfigError: an ambiguous literal. yaml.YAMLError: not valid YAML.
+    """
+    import yaml
+
+    loader = _yaml12_loader()(f)
+    try:
+        root = loader.get_single_node()
+        if not isinstance(root, yaml.MappingNode):
+            return (None if root is None else loader.construct_document(root)), {}
+        data, nulls = {}, {}
+        for key_node, node in root.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else loader.construct_object(key_node, True)
+            kind = _kind(_field_name(key))
+            if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+                data[key], nulls[key] = None, node.value or "empty"
+                continue
+            if kind is not None and isinstance(node, yaml.ScalarNode) and kind[0] == "str":
+                data[key] = node.value  # the text as written
+                continue
+            if kind is not None:
+                for item in [node] if isinstance(node, yaml.ScalarNode) else getattr(node, "value", []):
+                    if isinstance(item, yaml.ScalarNode) and item.style is None:
+                        _refuse_ambiguous(_field_name(key), item.value, kind[0], where)
+            data[key] = loader.construct_object(node, deep=True)
+        return data, nulls
+    finally:
+        loader.dispose()
 
 
 def apply_preset(cfg: Config, name: str) -> Config:
@@ -108,14 +244,19 @@ def apply_preset(cfg: Config, name: str) -> Config:
 
 def load_settings(path: str) -> dict:
     """The settings in a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file: a mapping of Config field names
-    (``num_envs`` or ``num-envs``) to values.
+    (``num_envs`` or ``num-envs``) to values, each as its field's type. YAML is read as YAML 1.2's core
+    schema (:func:`_read_yaml`): a string setting takes the text as written (``compile_cache: off``), numbers
+    are read as in TOML and as the CLI reads them (``total_steps: 1e3`` is 1000), and the literals YAML 1.1
+    reads otherwise (``010``, ``1:30``, ``yes``/``on`` for a bool) are refused.
 
     Raises:
-      ConfigError: the file is missing or unreadable, not a mapping, or names an unknown setting.
+      ConfigError: the file is missing or unreadable, not a mapping, names an unknown setting, gives a value
+        its field does not take, or an ambiguous literal (one line naming it and what to write).
     """
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".yaml", ".yml", ".toml"):
         raise ConfigError(f"bad --config {path!r}: expected a .yaml, .yml or .toml file")
+    where, nulls = f"--config {path!r}", {}
     try:
         if ext == ".toml":
             import tomllib
@@ -123,10 +264,10 @@ def load_settings(path: str) -> dict:
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         else:
-            import yaml
-
             with open(path) as f:
-                data = yaml.safe_load(f)
+                data, nulls = _read_yaml(f, where)
+    except ConfigError:
+        raise
     except OSError as err:
         raise ConfigError(f"bad --config {path!r}: {err.strerror or err}") from None
     except Exception as err:  # noqa: BLE001 - a parse error of either format
@@ -137,13 +278,15 @@ def load_settings(path: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"bad --config {path!r}: expected a mapping of settings (e.g. 'num_envs: 64'), got a "
                           f"{type(data).__name__}")
-    return _check_fields(data, f"--config {path!r}")
+    return _check_fields(data, where, nulls)
 
 
 def resumed_settings(path: str) -> dict:
     """The settings of the run whose checkpoint ``--resume path`` names (its latest, or the one named),
-    without the run-control fields (log folder, progress, logging, checkpoints, W&B, multi-host
-    addresses), which a resumed run takes from its own flags.
+    with its cadence (:data:`~accerl_jax.checkpoint.RUN_CADENCE_FIELDS`: --log-every, --checkpoint-every,
+    --keep-checkpoints, --on-nan) and without the per-invocation fields (log folder, progress, W&B,
+    multi-host addresses, compile cache; :data:`~accerl_jax.checkpoint.PER_INVOCATION_FIELDS`), which a
+    resumed run takes from its own flags.
 
     Raises:
       ConfigError: ``path`` is not a run folder or finished checkpoint (as ``--resume`` says), or its
@@ -153,7 +296,7 @@ def resumed_settings(path: str) -> dict:
 
     saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
                            f"--resume {path!r}", "resume")
-    return {k: v for k, v in saved.items() if k not in checkpoint.RUN_CONTROL_FIELDS}
+    return {k: v for k, v in saved.items() if k not in checkpoint.PER_INVOCATION_FIELDS}
 
 
 def saved_settings(config: dict, where: str, verb: str) -> dict:

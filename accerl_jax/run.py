@@ -247,6 +247,10 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
+    if resume_point is not None and pid == 0:
+        changes = checkpoint.resume_changes(resume_point.meta["config"], config_json)
+        if changes:  # one line: what this session changed of the run's own settings
+            print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
     if before_write is not None:
         before_write()
     held = None  # --overwrite: the run folder's lock, taken before anything in the folder is deleted

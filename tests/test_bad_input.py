@@ -84,6 +84,16 @@ def _no_checkpoints(t):
     (t / "plain" / "notes.txt").write_text("keep")
 
 
+def _settings(content):
+    def write(t):
+        (t / "settings.yaml").write_text(content)
+    return write
+
+
+def _config(t):
+    return ["--config", str(t / "settings.yaml")]
+
+
 # (id, extra args (a function of the case folder), prepare (or None), [message parts], SUB or "")
 CASES = [
     ("env-no-backend", lambda t: _over(t) + ["--env", "CartPole-v1"], None,
@@ -134,6 +144,10 @@ CASES = [
      ["bad --auto-every 0", "expected an integer in [1, 2^31)"], ""),
     ("auto-resume", lambda t: _resume()(t) + ["--compressor", "auto"], None,
      ["bad --resume", "with --compressor auto", "not supported", "start a new run"], ""),
+    ("config-leading-zero", lambda t: _over(t) + _config(t), _settings("seed: 010\n"),
+     ["bad --config", "seed: 010 is ambiguous (octal 8 in YAML 1.1, decimal 10 in YAML 1.2)", "write 10"], SUB),
+    ("config-base-60", lambda t: _over(t) + _config(t), _settings("total_steps: 1:30\n"),
+     ["bad --config", "total_steps: 1:30 is ambiguous", "write 90"], ""),
     ("logdir-empty", lambda t: ["--logdir", ""], None,
      ["bad --logdir ''", "empty"], ""),
     ("student-unknown", lambda t: _over(t) + ["--compressor", "distill:huge"], None,

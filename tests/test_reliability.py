@@ -376,3 +376,26 @@ def test_guard_names_the_first_bad_input_before_the_learner():
     nan_actor = {"w": jnp.full(2, jnp.nan)}
     assert guard.quantity(int(guard.refine(jnp.int32(guard.LOG_PROB), nan_actor))) == "compressed actor parameters"
     assert int(guard.refine(jnp.int32(guard.FINITE), nan_actor)) == guard.FINITE
+
+
+def test_resume_by_folder_alone_keeps_the_runs_log_and_checkpoint_cadence(tmp_path, capsys):
+    """``--resume RUN`` alone continues with the run's own --log-every, --checkpoint-every and
+    --keep-checkpoints (not the defaults); one given with it overrides, and the run says so in one line."""
+    from accerl_jax import train
+
+    run = str(tmp_path / "run")
+    small = ["--num-envs", "4", "--rollout-length", "8", "--hidden-sizes", "16", "--no-progress"]
+    assert train.main(small + ["--total-steps", str(32 * 4), "--log-every", "3", "--checkpoint-every", "3",
+                               "--keep-checkpoints", "5", "--logdir", run]) == 0
+    assert steps(run) == [3, 4]
+    capsys.readouterr()
+    assert train.main(["--resume", run, "--total-steps", str(32 * 10), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert [int(r["update"]) for r in metric_rows(run)] == [3, 4, 6, 9, 10]  # every 3 updates, and at each end
+    assert steps(run) == [3, 4, 6, 9, 10]  # checkpoint-every 3, 5 kept (the defaults: only 10 added, 3 kept)
+    assert "resume: --total-steps 128 -> 320 (the run's own otherwise)" in out.splitlines(), out
+    assert train.main(["--resume", run, "--total-steps", str(32 * 12), "--log-every", "1", "--no-progress"]) == 0
+    changed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resume: ")]
+    assert changed == ["resume: --total-steps 320 -> 384, --log-every 3 -> 1 (the run's own otherwise)"]
+    assert [int(r["update"]) for r in metric_rows(run)][5:] == [11, 12]
+    assert steps(run) == [4, 6, 9, 10, 12]
