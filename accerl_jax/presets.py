@@ -143,7 +143,7 @@ def load_settings(path: str) -> dict:
 def resumed_settings(path: str) -> dict:
     """The settings of the run whose checkpoint ``--resume path`` names (its latest, or the one named),
     without the run-control fields (log folder, progress, logging, checkpoints, W&B, multi-host
-    addresses), which a resumed run takes from its own flags.
+    addresses and process count), which a resumed run takes from its own flags.
 
     Raises:
       ConfigError: ``path`` is not a run folder or finished checkpoint (as ``--resume`` says), or its
@@ -153,7 +153,9 @@ def resumed_settings(path: str) -> dict:
 
     saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
                            f"--resume {path!r}", "resume")
-    return {k: v for k, v in saved.items() if k not in checkpoint.RUN_CONTROL_FIELDS}
+    # --num-processes too: like the coordinator's address it is given per invocation (a run of two
+    # processes may be resumed by one, which gives no multi-host flags).
+    return {k: v for k, v in saved.items() if k not in checkpoint.RUN_CONTROL_FIELDS and k != "num_processes"}
 
 
 def saved_settings(config: dict, where: str, verb: str) -> dict:
