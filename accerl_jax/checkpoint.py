@@ -229,7 +229,9 @@ def find_resume_point(resume: str, logdir: Optional[str], config: dict, processe
 
 def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: Optional[str] = None) -> ResumePoint:
     """Find a finished checkpoint and read its JSON record (configuration, bookkeeping, leaf records);
-    writes nothing.
+    writes nothing, and starts no JAX backend (plain file reads: :func:`finished_steps`,
+    :func:`read_record`), so that a multi-host process can read ``--resume``'s settings before it calls
+    :func:`jax.distributed.initialize`.
 
     Args:
       path: a run folder (its latest checkpoint) or a checkpoint folder ``<run>/checkpoints/<update>``.
@@ -263,37 +265,64 @@ def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: 
     if logdir is not None and os.path.realpath(logdir) != os.path.realpath(run):
         raise ConfigError(f"bad --logdir {logdir!r} with {what} {path_in!r}: a resumed run continues in its "
                           f"own folder {run!r}; leave --logdir out or set it to that folder")
-    with _quiet_absl():
-        try:
-            manager = _manager(run, read_only=True)
-            steps = list(manager.all_steps())
-        except Exception as err:  # orbax raises several kinds for an unreadable folder
-            raise ConfigError(f"bad {what} {path_in!r}: cannot read its checkpoints ({err})") from None
-        if not steps:
-            raise ConfigError(f"bad {what} {path_in!r}: no finished checkpoint in {os.path.join(run, CHECKPOINT_DIR)!r} "
-                              "(a half-written one is never used)")
-        latest = max(steps)
-        if step is None:
-            step = latest
-        elif step not in steps:
-            raise ConfigError(f"bad {what} {path_in!r}: not a finished checkpoint of that run (finished: "
-                              f"{', '.join(map(str, sorted(steps)))})")
-        elif latest_only and step != latest:
-            raise ConfigError(f"bad {what} {path_in!r}: update {step} is not the run's latest checkpoint "
-                              f"({latest}); resuming from it would overwrite later ones. Copy the run folder "
-                              "and resume the copy, or resume the latest")
-        import orbax.checkpoint as ocp
-
-        try:
-            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-        except Exception as err:
-            raise ConfigError(f"bad {what} {path_in!r}: checkpoint {step} is damaged (its record cannot be "
-                              f"read: {type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-        finally:
-            manager.close()
+    try:
+        steps = finished_steps(run)
+    except OSError as err:
+        raise ConfigError(f"bad {what} {path_in!r}: cannot read its checkpoints ({err})") from None
+    if not steps:
+        raise ConfigError(f"bad {what} {path_in!r}: no finished checkpoint in {os.path.join(run, CHECKPOINT_DIR)!r} "
+                          "(a half-written one is never used)")
+    latest = max(steps)
+    if step is None:
+        step = latest
+    elif step not in steps:
+        raise ConfigError(f"bad {what} {path_in!r}: not a finished checkpoint of that run (finished: "
+                          f"{', '.join(map(str, sorted(steps)))})")
+    elif latest_only and step != latest:
+        raise ConfigError(f"bad {what} {path_in!r}: update {step} is not the run's latest checkpoint "
+                          f"({latest}); resuming from it would overwrite later ones. Copy the run folder "
+                          "and resume the copy, or resume the latest")
+    try:
+        meta = read_record(run, step)
+    except (OSError, ValueError) as err:  # missing, unreadable or not JSON (json.JSONDecodeError, UnicodeDecodeError)
+        raise ConfigError(f"bad {what} {path_in!r}: checkpoint {step} is damaged (its record cannot be "
+                          f"read: {type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
         raise ConfigError(f"bad {what} {path_in!r}: checkpoint {step} has no accerl_jax record of format {FORMAT}")
     return ResumePoint(run, step, meta)
+
+
+# orbax's layout of a checkpoint folder (orbax-checkpoint 0.12, local file systems): a save is written into
+# ``<step>.orbax-checkpoint-tmp-<time>`` and renamed to ``<step>`` when it is finished; each item is a
+# subfolder, and a JsonSave item's record is the file ``metadata`` in it.
+META_ITEM = "meta"
+JSON_ITEM_FILE = "metadata"
+
+
+def finished_steps(run: str) -> list[int]:
+    """The updates of the finished checkpoints of the run in folder ``run`` (``<run>/checkpoints/<update>/``),
+    in increasing order, read from the folder's listing: what orbax's ``CheckpointManager.all_steps`` lists,
+    without creating a manager (which starts JAX's backend: a multi-host process must not before it joins
+    the run). A half-written checkpoint (orbax's temporary folder name) is not listed.
+
+    Raises:
+      OSError: the checkpoints folder cannot be listed.
+    """
+    root = os.path.join(run, CHECKPOINT_DIR)
+    return sorted(int(name) for name in os.listdir(root)
+                  if name.isdigit() and os.path.isdir(os.path.join(root, name)))
+
+
+def read_record(run: str, step: int) -> Any:
+    """The JSON record (``meta`` item) of checkpoint ``step`` of the run in folder ``run``, read as a plain
+    file (no orbax manager, no JAX backend; see :func:`finished_steps`).
+
+    Raises:
+      OSError: the record is missing or unreadable.
+      ValueError: it is not JSON (``json.JSONDecodeError``, ``UnicodeDecodeError``).
+    """
+    with open(os.path.join(run, CHECKPOINT_DIR, str(step), META_ITEM, JSON_ITEM_FILE), encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _restore_leaves(manager, step: int, shapes: dict, bad: str) -> dict:
@@ -570,7 +599,7 @@ def host_key_only(carry, jittable: bool):
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
     "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "resume_changes",
-    "config_differences", "find_checkpoint", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
+    "config_differences", "find_checkpoint", "finished_steps", "read_record", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
     "trim_metrics", "host_key_only",
     "lock_run", "remove_run",
 ]

@@ -296,7 +296,9 @@ def resumed_settings(path: str) -> dict:
 
     saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
                            f"--resume {path!r}", "resume")
-    return {k: v for k, v in saved.items() if k not in checkpoint.PER_INVOCATION_FIELDS}
+    # --num-processes too: like the coordinator's address it is given per invocation (a run of two
+    # processes may be resumed by one, which gives no multi-host flags).
+    return {k: v for k, v in saved.items() if k not in checkpoint.PER_INVOCATION_FIELDS and k != "num_processes"}
 
 
 def saved_settings(config: dict, where: str, verb: str) -> dict:

@@ -68,7 +68,8 @@ EXCEPTIONS = {
     "--coordinator-address host0:1234":
         "checked by parsing only (host0:1234, N and i read as 127.0.0.1:<free port>, 2 and 0): two processes "
         "would double this file's time, and tests/test_devices.py (test_two_processes_cli_train_the_main_job_"
-        "to_the_end) already runs this command as two processes on 127.0.0.1",
+        "to_the_end) already runs this command as two processes on 127.0.0.1; with --resume, parsed without "
+        "--resume and its folder (never trained here), which tests/test_multihost_resume.py resumes as 2 processes",
     "--resume":
         "each resume continues a tiny run that has already finished, so the test gives it one tiny budget "
         "more (--total-steps 64 x (k + 1) for the k-th resume of that run) instead of BUDGET",
@@ -142,6 +143,7 @@ def shell_script(code: str, first_line: int, resumes: dict) -> str:
         elif key == "--coordinator-address host0:1234":
             args = (cmd.split("accerl_jax.train", 1)[1].replace("host0:1234", f"127.0.0.1:{free_port()}")
                     .replace("--num-processes N", "--num-processes 2").replace("--process-id i", "--process-id 0"))
+            args = RESUME.sub("", args)
             run = f"python -c {shlex.quote(PARSE_ONLY)} {args}"
         elif TRAIN.match(cmd):
             run = f"{cmd} {BUDGET}"
