@@ -178,8 +178,8 @@ class UpdateGuard:
     def __call__(self, state, batch, update_number: int = 0, actor_params=None):
         new_state, metrics, bad, *outputs = self.step(state, batch, jnp.int32(update_number))
         code = int(bad)
-        if code >= LOG_PROB and actor_params is not None and not bool(all_finite(actor_params)):
-            code = ACTOR
+        if code != FINITE and actor_params is not None:
+            code = int(refine(jnp.int32(code), actor_params))
         bad = quantity(code)
         if self.on_nan == "skip":
             self.streak = self.streak + 1 if bad is not None else 0
