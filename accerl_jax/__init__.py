@@ -1,12 +1,59 @@
 """accerl_jax: AcceRL (arXiv 2211.15023) in JAX.
 
-Components (docs/DESIGN.md): Actor (:mod:`accerl_jax.actor`), Compressor (:mod:`accerl_jax.compressor`),
-Corrector (:mod:`accerl_jax.corrector`), Learner (:mod:`accerl_jax.learner`), Monitor
-(:mod:`accerl_jax.monitor`); the loop that wires them is :mod:`accerl_jax.loop`, the CLI
-:mod:`accerl_jax.train`.
+The five components (docs/DESIGN.md), each findable by name here:
+
+* **Actor** -- :class:`Actor` (protocol), :func:`make_actor` (:mod:`accerl_jax.actor`);
+* **Compressor** -- :class:`Compressor` ``(init, compress)``, :func:`make_compressor`,
+  :func:`register_compressor`, :func:`chain` (:mod:`accerl_jax.compressor`);
+* **Corrector** -- pure functions :func:`vtrace`, :func:`retrace`, :func:`importance_sampling`, chosen by
+  name with :func:`correct` from :data:`CORRECTORS` (:mod:`accerl_jax.corrector`);
+* **Learner** -- :class:`Learner` ``(init, update)``, :func:`make_learner`, :class:`LossConfig`
+  (:mod:`accerl_jax.learner`);
+* **Monitor** -- :class:`Monitor` (:mod:`accerl_jax.monitor`).
+
+A whole run: :func:`accerl_jax.loop.train` of a :class:`Config`; the command line is
+``python -m accerl_jax.train``. The names load on first use, so ``import accerl_jax`` stays cheap.
 """
 
+import importlib as _importlib
 import time as _time
 
 __version__ = "0.1.0"
 IMPORTED_AT = _time.perf_counter()  # accerl_jax.clock.process_age's origin where /proc is missing
+
+# Public name -> the module that defines it (loaded at the name's first use: PEP 562).
+_EXPORTS = {
+    "Actor": "accerl_jax.actor",
+    "ActorCarry": "accerl_jax.actor",
+    "make_actor": "accerl_jax.actor",
+    "Compressor": "accerl_jax.compressor",
+    "make_compressor": "accerl_jax.compressor",
+    "register_compressor": "accerl_jax.compressor",
+    "chain": "accerl_jax.compressor",
+    "CORRECTORS": "accerl_jax.corrector",
+    "correct": "accerl_jax.corrector",
+    "vtrace": "accerl_jax.corrector",
+    "retrace": "accerl_jax.corrector",
+    "importance_sampling": "accerl_jax.corrector",
+    "Learner": "accerl_jax.learner",
+    "LearnerState": "accerl_jax.learner",
+    "LossConfig": "accerl_jax.learner",
+    "make_learner": "accerl_jax.learner",
+    "Monitor": "accerl_jax.monitor",
+    "Rollout": "accerl_jax.types",
+    "Config": "accerl_jax.config",
+    "ConfigError": "accerl_jax.config",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'accerl_jax' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -19,7 +19,7 @@ of :func:`accerl_jax.networks.policy_distribution`); the behaviour log-probabili
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -87,6 +87,31 @@ class ActorCarry(NamedTuple):
     env_state: Any  # adapter state
     obs: Any  # [B, *obs_shape] observation the next action is taken at
     key: jax.Array  # PRNG key for action sampling
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """The Actor component (docs/DESIGN.md): steps ``B`` environments for ``T`` steps with the compressed
+    policy μ and returns a time-major :class:`~accerl_jax.types.Rollout` ``[T, B, ...]`` with the behaviour
+    ``log_prob`` ``log μ(a|x)`` of every action.
+
+    :class:`AnakinActor`, :class:`ShardedActor` and :class:`HostActor` are Actors (:func:`make_actor` picks
+    one for the env). Sebulba's actor thread (:class:`accerl_jax.async_actor.AsyncActor`) runs
+    :meth:`HostActor.act` against asynchronous envs and yields the same :class:`Rollout` records as they
+    fill up, so it is fed parameters as they are published instead of being called per rollout.
+    """
+
+    env: Any  # the env adapter (accerl_jax.envs): its ``info`` (an EnvInfo) says the spaces
+    rollout_length: int  # T, agent steps per rollout and env
+
+    def reset(self, key: jax.Array) -> ActorCarry:
+        """Reset the envs: the carry (env state, first observations ``[B, *obs_shape]``, sampling key);
+        ``key`` is a ``[2]`` uint32 PRNG key."""
+
+    def rollout(self, params, carry: ActorCarry) -> tuple[ActorCarry, Rollout, dict]:
+        """One rollout under the actor parameters ``params``: the new carry, the :class:`Rollout`
+        ``[T, B, ...]`` and the stage seconds the actor measured itself (``{"env_time_s",
+        "inference_time_s"}``, or ``{}`` where env and inference run fused)."""
 
 
 class AnakinActor:

@@ -45,7 +45,7 @@ by ``shard_map`` itself (its transpose of the replicated input is a ``psum``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -532,6 +532,53 @@ def init_state(params, optimizer: optax.GradientTransformation, mesh: Mesh | Non
     make = xla.one_shot_jit(lambda p, k: LearnerState(p, optimizer.init(p), jnp.zeros((), jnp.int32), k),
                             out_shardings=NamedSharding(mesh, P()))
     return make(params, key)
+
+
+class Learner(NamedTuple):
+    """The Learner component (docs/DESIGN.md) as a pair of pure functions, in optax's manner
+    (``GradientTransformation(init, update)``); :func:`make_learner` builds it.
+
+    ``init(params, key) -> LearnerState``: a fresh state for ``params`` (``key``: ``[2]`` uint32, e.g.
+    :func:`learner_key` of the run's seed), replicated over the state's mesh (:func:`init_state`).
+    ``update(state, batch) -> (state, metrics)`` (with ``outputs``: ``(state, metrics, LearnerOutputs)``):
+    one jitted, data-parallel update on a :class:`~accerl_jax.types.Rollout` ``[T, B, ...]``
+    (:func:`make_update`, which documents the metrics and the errors).
+    """
+
+    init: Callable[[Any, jax.Array], "LearnerState"]
+    update: Callable
+
+
+def make_learner(
+    apply: ApplyFn,
+    optimizer: optax.GradientTransformation,
+    cfg: LossConfig,
+    mesh: Mesh | None = None,
+    *,
+    family: str = "mlp",
+    learning_rate: optax.Schedule | None = None,
+    outputs: bool = False,
+    state_mesh: Mesh | None = None,
+) -> Learner:
+    """The :class:`Learner` pair for a loss, an optimizer and a mesh.
+
+    Args:
+      apply, optimizer, cfg, mesh, family, learning_rate, outputs: as :func:`make_update`.
+      state_mesh: where ``init`` places the state (default: ``mesh``); a multi-process run whose update
+        assembles the global batch (:func:`accerl_jax.shards.make_global_update`) keeps a process-local
+        state on one device.
+
+    Returns:
+      ``Learner(init, update)``; ``update`` raises ValueError (when called) for a batch that does not split
+      over the devices and minibatches.
+    """
+    mesh = mesh or make_mesh()
+    state_mesh = state_mesh or mesh
+
+    def init(params, key: jax.Array) -> LearnerState:
+        return init_state(params, optimizer, state_mesh, key=key)
+
+    return Learner(init, make_update(apply, optimizer, cfg, mesh, family, learning_rate, outputs))
 
 
 def make_schedule(learning_rate: float, total_updates: int, anneal: bool = True) -> optax.Schedule:
