@@ -11,11 +11,12 @@ from accerl_jax import learner, loop, speed
 from accerl_jax import run as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
+from tiny_config import tiny_config
 
 
 def tiny(tmp_path, **kw) -> Config:
-    return Config(total_steps=8 * 8 * 6, num_envs=8, rollout_length=8, log_every=2,
-                  logdir=str(tmp_path / "run"), progress=False, **kw)
+    """A 6-update run in ``tmp_path/run``."""
+    return tiny_config(tmp_path / "run", updates=6, **kw)
 
 
 def test_claim_logdir_is_exclusive(tmp_path):
