@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax.config import ConfigError
+from accerl_jax.run_folder import is_run_file
 
 # Wall seconds per stage: the actor's rollout (split into env stepping and policy inference),
 # host->device transfer of rollouts, time the learner waits on the rollout queue, the learner update, and
@@ -39,7 +40,6 @@ STAGES = ("actor", "env", "inference", "transfer", "queue_wait", "learner", "com
 # curves.png's stage-time panel: (label, metrics column); a column that stays 0 or is missing is not drawn.
 CURVE_STAGES = (("actor", "time_actor_s"), ("learner", "time_learner_s"), ("compress", "time_compress_s"),
                 ("fused program (actor + learner + compression)", "time_fused_wait_s"))
-RUN_FILES = ("summary.json", "metrics.csv", "metrics.jsonl", "curves.png", "decisions.jsonl")  # with TensorBoard's events.out.*
 TABLE_EVERY = 10  # the console table of the latest row is printed every this many logs (with the progress bar)
 # The console table's columns: (row key, header, format); those a run does not log are left out.
 TABLE_COLUMNS = (
@@ -87,11 +87,6 @@ def tensorboard_tag(key: str) -> str:
     if key.startswith("time_") and key.endswith("_s"):
         return f"time/{key[5:-2]}"
     return _TAG.get(key, f"train/{key}")
-
-
-def is_run_file(name: str) -> bool:
-    """True for a file name a run writes into its logdir (:data:`RUN_FILES` or TensorBoard events)."""
-    return name in RUN_FILES or name.startswith("events.out")
 
 
 @jax.jit

@@ -17,7 +17,7 @@ import types
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, loop, plot, train
+from accerl_jax import loop, plot, run_folder, train
 from accerl_jax.config import ConfigError
 from accerl_jax.monitor import LEGEND, Monitor, print_summary, require_wandb, tensorboard_tag
 from tiny_config import tiny_config
@@ -321,7 +321,7 @@ def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):
     monitor.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"update": 8, "lo')  # a row cut short by a crash
-    checkpoint.trim_metrics(str(tmp_path), 4)
+    run_folder.trim_metrics(str(tmp_path), 4)
     assert [int(r["update"]) for r in read_csv(tmp_path)] == [2, 4]
     assert [r["update"] for r in read_jsonl(tmp_path)] == [2, 4]
 
