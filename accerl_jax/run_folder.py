@@ -26,6 +26,43 @@ def is_run_file(name: str) -> bool:
     return name in RUN_FILES or name.startswith("events.out")
 
 
+def check_logdir(logdir: str, overwrite: bool = False) -> None:
+    """Refuse a ``logdir`` that is a file or already holds a run (unless ``overwrite``), so that nothing
+    saved is overwritten.
+
+    Raises:
+      ConfigError: naming the folder and what is in the way.
+    """
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
+    if os.path.isdir(logdir) and not overwrite:
+        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == CHECKPOINT_DIR)
+        if taken:
+            raise ConfigError(
+                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
+                f"continue it with --resume {logdir}, or replace it with --overwrite"
+            )
+
+
+def claim_logdir(logdir: str) -> None:
+    """Create ``logdir`` and claim it by creating ``metrics.csv`` exclusively (``O_EXCL``).
+
+    Two runs started together on the same folder cannot both claim it: the second gets a ConfigError.
+
+    Raises:
+      ConfigError: if the folder holds a run, is claimed by another run, or cannot be created/written.
+    """
+    check_logdir(logdir)
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        with open(os.path.join(logdir, "metrics.csv"), "x"):
+            pass
+    except FileExistsError:
+        raise ConfigError(f"bad --logdir {logdir!r}: another run has just claimed it; choose a new folder") from None
+    except OSError as err:
+        raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
+
+
 class RunLock:
     """An exclusive ``flock`` on ``<logdir>/.lock`` held while a run writes its folder; the OS drops it
     when the process ends, however it ends, so a killed run never blocks its own resume."""
@@ -105,5 +142,5 @@ def _replace_lines(path: str, lines: list[str]) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["CHECKPOINT_DIR", "LOCK_FILE", "RUN_FILES", "RunLock", "is_run_file", "lock_run", "remove_run",
-           "trim_metrics"]
+__all__ = ["CHECKPOINT_DIR", "LOCK_FILE", "RUN_FILES", "RunLock", "check_logdir", "claim_logdir", "is_run_file",
+           "lock_run", "remove_run", "trim_metrics"]

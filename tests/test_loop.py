@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 import pytest
 
-from accerl_jax import learner, loop, speed
+from accerl_jax import learner, loop, run_folder, speed
 from accerl_jax import run as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
@@ -21,9 +21,9 @@ def tiny(tmp_path, **kw) -> Config:
 
 def test_claim_logdir_is_exclusive(tmp_path):
     logdir = str(tmp_path / "run")
-    run_lib.claim_logdir(logdir)
+    run_folder.claim_logdir(logdir)
     with pytest.raises(ConfigError, match="already holds a run"):
-        run_lib.claim_logdir(logdir)
+        run_folder.claim_logdir(logdir)
 
 
 def test_default_logdirs_differ_for_identical_configs():
