@@ -29,7 +29,6 @@ template)``, :func:`find_resume_point` to validate ``--resume`` before anything 
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import hashlib
 import json
@@ -42,8 +41,9 @@ import jax
 import numpy as np
 
 from accerl_jax.config import ConfigError
-
-CHECKPOINT_DIR = "checkpoints"  # inside the run's logdir: <logdir>/checkpoints/<update>/
+from accerl_jax.run_folder import CHECKPOINT_DIR
+# The run folder's life (accerl_jax.run_folder), importable from here too for run.py, loop.py and driver.py.
+from accerl_jax.run_folder import lock_run, remove_run, trim_metrics  # noqa: F401
 FORMAT = 1
 # Fields that control how a run is run, not what it computes: they may differ when it is resumed (every
 # process of a multi-host run resumes the checkpoint process 0 wrote, with its own --process-id).
@@ -507,90 +507,6 @@ def read_leaves(logdir: str, step: int) -> dict:
     return {r["path"]: np.asarray(items[_leaf_key(i)]) for i, r in enumerate(meta["leaves"])}
 
 
-def trim_metrics(logdir: str, last_update: int) -> None:
-    """Drop rows of ``<logdir>/metrics.csv`` and ``metrics.jsonl`` after ``last_update`` (logged after the
-    checkpoint a run resumes from, so they will be logged again); each rewritten atomically, untouched if
-    nothing to drop. A JSONL line cut short by a crash is dropped too."""
-    path = os.path.join(logdir, "metrics.csv")
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            lines = f.read().splitlines(keepends=True)
-        if lines:
-            rows = list(csv.reader(lines[1:]))
-            keep = [line for line, row in zip(lines[1:], rows) if row and int(float(row[0])) <= last_update]
-            if len(keep) != len(lines) - 1:
-                _replace_lines(path, [lines[0], *keep])
-    path = os.path.join(logdir, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            lines = f.read().splitlines(keepends=True)
-        keep = [line for line in lines if (update := _jsonl_update(line)) is not None and update <= last_update]
-        if len(keep) != len(lines):
-            _replace_lines(path, keep)
-
-
-def _jsonl_update(line: str) -> int | None:
-    """The ``update`` of one metrics.jsonl line; None for a line that is not a complete JSON row."""
-    if not line.endswith("\n"):
-        return None
-    try:
-        return int(json.loads(line)["update"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _replace_lines(path: str, lines: list[str]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        f.writelines(lines)
-    os.replace(tmp, path)
-
-
-LOCK_FILE = ".lock"
-
-
-class RunLock:
-    """An exclusive ``flock`` on ``<logdir>/.lock`` held while a run writes its folder; the OS drops it
-    when the process ends, however it ends, so a killed run never blocks its own resume."""
-
-    def __init__(self, logdir: str):
-        import fcntl
-
-        self._file = open(os.path.join(logdir, LOCK_FILE), "a")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._file.close()
-            raise ConfigError(f"bad --logdir {logdir!r}: another process is writing this run now; "
-                              "wait for it to stop, or choose another folder") from None
-
-    def release(self) -> None:
-        self._file.close()  # closing the file releases the lock
-
-
-def lock_run(logdir: str) -> RunLock:
-    """Take the run folder's :class:`RunLock`. Raises ConfigError if another process holds it."""
-    return RunLock(logdir)
-
-
-def remove_run(logdir: str, keep_lock: bool = False) -> None:
-    """Delete what a run wrote into ``logdir`` (its outputs, checkpoints and, unless ``keep_lock``, its lock
-    file; nothing else). Keep the lock file when this process holds its lock (:func:`lock_run`): deleting
-    it would let another process lock a new file of the same name beside it."""
-    import shutil
-
-    from accerl_jax.monitor import is_run_file
-
-    if not os.path.isdir(logdir):
-        return
-    for name in os.listdir(logdir):
-        path = os.path.join(logdir, name)
-        if name == CHECKPOINT_DIR and os.path.isdir(path):
-            shutil.rmtree(path)
-        elif (is_run_file(name) or (name == LOCK_FILE and not keep_lock)) and not os.path.isdir(path):
-            os.remove(path)
-
-
 def host_key_only(carry, jittable: bool):
     """What of an actor carry is saved: all of it for jittable envs, only the PRNG key for host envs."""
     return carry if jittable else carry.key
@@ -600,6 +516,5 @@ __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
     "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "resume_changes",
     "config_differences", "find_checkpoint", "finished_steps", "read_record", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
-    "trim_metrics", "host_key_only",
-    "lock_run", "remove_run",
+    "host_key_only",
 ]

@@ -27,7 +27,8 @@ from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
-from accerl_jax.monitor import Monitor, gaussian_policy_divergence, is_run_file, policy_divergence
+from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence
+from accerl_jax.run_folder import check_logdir, claim_logdir
 from accerl_jax.shards import env_group_ids, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -40,43 +41,6 @@ def default_logdir(cfg: Config) -> str:
     """``runs/<env>-<compressor>-s<seed>-<time>-<random>``; the random part keeps parallel runs apart."""
     slug = f"{cfg.env}-{cfg.compressor}-s{cfg.seed}".replace(":", "_").replace("+", "_").replace("/", "_")
     return os.path.join("runs", f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-
-
-def check_logdir(logdir: str, overwrite: bool = False) -> None:
-    """Refuse a ``logdir`` that is a file or already holds a run (unless ``overwrite``), so that nothing
-    saved is overwritten.
-
-    Raises:
-      ConfigError: naming the folder and what is in the way.
-    """
-    if os.path.exists(logdir) and not os.path.isdir(logdir):
-        raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
-    if os.path.isdir(logdir) and not overwrite:
-        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == checkpoint.CHECKPOINT_DIR)
-        if taken:
-            raise ConfigError(
-                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
-                f"continue it with --resume {logdir}, or replace it with --overwrite"
-            )
-
-
-def claim_logdir(logdir: str) -> None:
-    """Create ``logdir`` and claim it by creating ``metrics.csv`` exclusively (``O_EXCL``).
-
-    Two runs started together on the same folder cannot both claim it: the second gets a ConfigError.
-
-    Raises:
-      ConfigError: if the folder holds a run, is claimed by another run, or cannot be created/written.
-    """
-    check_logdir(logdir)
-    try:
-        os.makedirs(logdir, exist_ok=True)
-        with open(os.path.join(logdir, "metrics.csv"), "x"):
-            pass
-    except FileExistsError:
-        raise ConfigError(f"bad --logdir {logdir!r}: another run has just claimed it; choose a new folder") from None
-    except OSError as err:
-        raise ConfigError(f"bad --logdir {logdir!r}: cannot write there ({err.strerror or err})") from None
 
 
 def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,

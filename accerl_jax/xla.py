@@ -18,8 +18,8 @@ CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
 
 # Programs that run once per run (initial parameters and states): on XLA:CPU compiled at LLVM optimisation
 # level 1 instead of the default 2, which compiles them about a third faster (their run time does not
-# matter; the training programs keep the default). Measured on the default job's initial state: the same
-# bits at both levels, 3.8 s against 5.6-5.9 s to compile (2-core CPU, one idle run each, twice).
+# matter; the training programs keep the default). The default job's initial state has the same bits at
+# both levels.
 ONE_SHOT_CPU = {"xla_backend_optimization_level": 1}
 
 
@@ -46,10 +46,8 @@ def gradient_loop_unroll(family: str | None, length: int, platform: str | None =
     (default: JAX's default backend): ``length`` (straight-line code) for a conv net on XLA:CPU, else 1.
 
     XLA:CPU runs a conv net's gradient steps much slower inside a loop than in straight-line code
-    (docs/DESIGN.md, "Known XLA:CPU pitfall"). Measured here for APPO's passes over a rollout
-    (``experiments/learner_unroll.py``: Breakout-MinAtar's conv net, 16 envs x 16 steps, 8 passes, jax
-    0.10.2, 2-core CPU, two runs): 6.4-7.5 s per update in a scan against 0.15 s unrolled; unrolled, the
-    update compiles in ~8-9 s instead of ~3 s.
+    (docs/DESIGN.md, "Known XLA:CPU pitfall"; ``experiments/learner_unroll.py`` measures it for APPO's
+    passes over a rollout); unrolled, the update takes longer to compile.
     """
     return length if family == "cnn" and (platform or jax.default_backend()) == "cpu" else 1
 

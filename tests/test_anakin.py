@@ -6,6 +6,7 @@ test_loop.py for both loops.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -15,14 +16,12 @@ import pytest
 from accerl_jax import checkpoint, loop
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.plan import choose_loop
+from tiny_config import tiny_config
 
 UPDATES = 4
 
 
-def tiny(logdir, **kw) -> Config:
-    kw = dict(dict(total_steps=4 * 8 * UPDATES, num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0,
-                   compressor="none", logdir=str(logdir), progress=False), **kw)
-    return Config(**kw)
+tiny = functools.partial(tiny_config, updates=UPDATES, num_envs=4, checkpoint_every=0, compressor="none")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import sys
 import pytest
 import tyro
 
-from accerl_jax import checkpoint, loop, train
+from accerl_jax import loop, run_folder, train
 from accerl_jax.config import Config
 from actor_hooks import interrupt
 
@@ -68,7 +68,7 @@ _HELD = []  # locks held by a case, as if another process were running the run
 
 
 def _running(t):
-    _HELD.append(checkpoint.lock_run(str(t / "run")))
+    _HELD.append(run_folder.lock_run(str(t / "run")))
 
 
 def _hosts(address, n, pid):

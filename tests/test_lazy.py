@@ -54,14 +54,17 @@ def test_a_module_that_is_not_installed_is_none():
     assert "no_such_module_here" not in sys.modules
 
 
-def test_a_training_process_leaves_gymnax_plotting_libraries_and_qwix_unimported():
+def test_a_training_process_leaves_gymnax_plotting_libraries_qwix_and_the_monitor_sinks_unimported():
     code = textwrap.dedent("""
         import json, sys
         from accerl_jax import loop
         from accerl_jax.lazy import DeferredModule
         from gymnax.environments.misc import pong
         names = ("seaborn", "matplotlib.pyplot", "qwix")
+        # The Monitor's sinks import their libraries when a run first writes to them.
+        sinks = ("tensorboardX", "wandb", "matplotlib.figure", "rich.progress")
         print(json.dumps({"deferred": {n: isinstance(sys.modules.get(n), DeferredModule) for n in names},
+                          "sinks_imported": [n for n in sinks if n in sys.modules],
                           "scipy_stats": "scipy.stats" in sys.modules,
                           "palette": len(pong.sns.color_palette("cubehelix", 3)),
                           "scipy_stats_after_use": "scipy.stats" in sys.modules}))
@@ -69,5 +72,5 @@ def test_a_training_process_leaves_gymnax_plotting_libraries_and_qwix_unimported
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                      .stdout.strip().splitlines()[-1])
     assert out["deferred"] == {"seaborn": True, "matplotlib.pyplot": True, "qwix": True}
-    assert not out["scipy_stats"]
+    assert not out["scipy_stats"] and out["sinks_imported"] == []
     assert out["palette"] == 3 and out["scipy_stats_after_use"]  # used: seaborn (and scipy) load as usual

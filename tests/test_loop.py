@@ -7,22 +7,23 @@ import math
 import jax.numpy as jnp
 import pytest
 
-from accerl_jax import learner, loop, speed
+from accerl_jax import learner, loop, run_folder, speed
 from accerl_jax import run as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
+from tiny_config import tiny_config
 
 
 def tiny(tmp_path, **kw) -> Config:
-    return Config(total_steps=8 * 8 * 6, num_envs=8, rollout_length=8, log_every=2,
-                  logdir=str(tmp_path / "run"), progress=False, **kw)
+    """A 6-update run in ``tmp_path/run``."""
+    return tiny_config(tmp_path / "run", updates=6, **kw)
 
 
 def test_claim_logdir_is_exclusive(tmp_path):
     logdir = str(tmp_path / "run")
-    run_lib.claim_logdir(logdir)
+    run_folder.claim_logdir(logdir)
     with pytest.raises(ConfigError, match="already holds a run"):
-        run_lib.claim_logdir(logdir)
+        run_folder.claim_logdir(logdir)
 
 
 def test_default_logdirs_differ_for_identical_configs():

@@ -6,6 +6,7 @@ first with a stand-in ``wandb`` module) are shared by the tests that need a real
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -16,9 +17,10 @@ import types
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, loop, plot, train
-from accerl_jax.config import Config, ConfigError
+from accerl_jax import loop, plot, run_folder, train
+from accerl_jax.config import ConfigError
 from accerl_jax.monitor import LEGEND, Monitor, print_summary, require_wandb, tensorboard_tag
+from tiny_config import tiny_config
 
 UPDATES = 6
 
@@ -36,13 +38,9 @@ NEW_METRICS = ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "learni
                "policy_lag_versions", "length_mean", "kl_learner_actor", "action_agreement", "time_distill_s")
 
 
-def tiny(logdir, **kw) -> Config:
-    # The sequential loop: it times every stage (the Anakin loop's one fused program reports fused_wait_s);
-    # a distilled student acts, so that compression and distillation take time to log.
-    kw.setdefault("loop", "sequential")
-    kw.setdefault("compressor", "distill:small")
-    return Config(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, logdir=str(logdir),
-                  progress=False, **kw)
+# The sequential loop: it times every stage (the Anakin loop's one fused program reports fused_wait_s);
+# a distilled student acts, so that compression and distillation take time to log.
+tiny = functools.partial(tiny_config, updates=UPDATES, loop="sequential", compressor="distill:small")
 
 
 class FakeWandb:
@@ -323,7 +321,7 @@ def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):
     monitor.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"update": 8, "lo')  # a row cut short by a crash
-    checkpoint.trim_metrics(str(tmp_path), 4)
+    run_folder.trim_metrics(str(tmp_path), 4)
     assert [int(r["update"]) for r in read_csv(tmp_path)] == [2, 4]
     assert [r["update"] for r in read_jsonl(tmp_path)] == [2, 4]
 

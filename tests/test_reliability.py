@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.signals import Interrupted, StopSignals
 from actor_hooks import hook_actor
+from tiny_config import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPDATES = 8
@@ -33,10 +35,7 @@ SUMMARY_NUMBERS = ("updates", "total_env_steps", "episodes", "final_return_mean"
                    "kl_learner_actor", "action_agreement", "skipped_updates")
 
 
-def tiny(logdir, **kw) -> Config:
-    kw = dict(dict(total_steps=8 * 8 * UPDATES, num_envs=8, rollout_length=8, log_every=2, checkpoint_every=4,
-                   logdir=None if logdir is None else str(logdir), progress=False), **kw)
-    return Config(**kw)
+tiny = functools.partial(tiny_config, updates=UPDATES, checkpoint_every=4)
 
 
 def steps(logdir) -> list[int]:

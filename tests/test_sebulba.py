@@ -5,6 +5,7 @@ error after saving a checkpoint that resumes.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -23,16 +24,14 @@ from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
 from accerl_jax.loops import sebulba
 from accerl_jax.plan import choose_loop
 from accerl_jax.types import Transition
+from tiny_config import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULT_BOUND_S = 10.0  # from the injected fault to the exception reaching the caller
 
 
-def tiny(logdir, **kw) -> Config:
-    base = dict(env="envpool:CartPole-v1", loop="sebulba", compressor="none", total_steps=8 * 4 * 8, num_envs=4,
-                rollout_length=8, log_every=2, checkpoint_every=0, progress=False,
-                logdir=None if logdir is None else str(logdir))
-    return Config(**dict(base, **kw))
+tiny = functools.partial(tiny_config, updates=8, num_envs=4, env="envpool:CartPole-v1", loop="sebulba",
+                         compressor="none", checkpoint_every=0)
 
 
 def checkpoint_steps(logdir) -> list[int]:

@@ -150,7 +150,7 @@ def distill(
         return _fused_steps(state, obs, t_logits, t_value)
 
     teacher = xla.jit(teacher_apply, student.family)
-    # Gradient steps of a conv net inside one XLA:CPU loop run ~20x slower than separate calls
+    # Gradient steps of a conv net inside one XLA:CPU loop run many times slower than separate calls
     # (docs/DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
     fuse = student.family == "mlp"
 
