@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +29,10 @@ from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
-from accerl_jax.envs.base import EnvInfo
 from accerl_jax.seeds import envpool_seed
+
+if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX's backend: a multi-host
+    from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.distributed.join)
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts

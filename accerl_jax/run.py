@@ -228,7 +228,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     return build(cfg, plan, env, claimed, before_write, wall_start)
 
 
-def plan_run(cfg: Config):
+def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
     """Gather the facts :func:`accerl_jax.plan.make_plan` needs and make the plan: the machine's
     (:meth:`~accerl_jax.plan.Machine.current`), the run folder's (:func:`read_folder`) and the
     environments' (``env.info``: the environments are built here, the one heavy step before the plan).
