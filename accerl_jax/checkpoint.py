@@ -24,7 +24,8 @@ run restarts those environments (episodes in progress at the checkpoint are lost
 
 The API is loop-agnostic, so that any loop (the Anakin/host loop of :mod:`accerl_jax.loop`, a future
 Sebulba loop) can call it: :class:`Checkpointer` ``.save(step, state, extra)`` / ``.restore(step,
-template)``, :func:`find_resume_point` to validate ``--resume`` before anything is written.
+template)``, :func:`find_checkpoint` to read ``--resume``'s record before anything is written (whether
+its configuration may be resumed is the plan's check: :func:`accerl_jax.plan.check_resume`).
 """
 from __future__ import annotations
 
@@ -147,84 +148,6 @@ def _leaf_records(tree) -> list[dict]:
 
 def _digest(x: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
-
-
-def config_differences(saved: dict, current: dict, saved_processes: int = 1, processes: int = 1) -> list[str]:
-    """``--flag saved -> current`` for each field that matters to the computation and differs (all but
-    :data:`RESUME_MAY_CHANGE`); a field the saved configuration lacks (written by an older version) counts
-    as its default.
-
-    ``--num-envs`` and ``--num-processes`` are compared as the global batch they make (``--num-envs`` x
-    process count; ``saved_processes`` and ``processes`` are the process counts of the checkpoint's run and
-    of this one): one process of 8 envs resumes as two of 4. The device count is not part of the
-    configuration (the learner's batch is the same on any number of local devices)."""
-    from accerl_jax.config import flag
-
-    from accerl_jax.config import Config
-
-    # A checkpoint written before a field existed ran with that field's default, except --loop: such runs
-    # ran the sequential loop (the loops were added with the field), and --reward-clip of envpool runs.
-    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
-    defaults["loop"] = "sequential"
-    if str(saved.get("env", "")).startswith("envpool:"):
-        defaults["reward_clip"] = False  # envpool runs before --reward-clip trained on raw rewards
-    saved = {**{k: v for k, v in defaults.items() if k in current}, **saved}
-    diffs = []
-    saved_batch, batch = saved.get("num_envs", 0) * saved_processes, current.get("num_envs", 0) * processes
-    if saved_batch != batch:
-        def layout(envs, n):
-            return f"{envs} x {n} process{'es' if n != 1 else ''} = {envs * n}"
-
-        fix = (f"give --num-envs {saved_batch // processes}" if saved_batch % processes == 0 else
-               f"use a process count that divides {saved_batch}")
-        diffs.append(f"global batch --num-envs x processes {layout(saved.get('num_envs'), saved_processes)} "
-                     f"(checkpoint) vs {layout(current.get('num_envs'), processes)} (now): a resumed run keeps the "
-                     f"learner's global batch; {fix}")
-    for name in sorted(set(saved) | set(current)):
-        if name in RESUME_MAY_CHANGE or name in LAYOUT_FIELDS:
-            continue
-        if saved.get(name) != current.get(name):
-            diffs.append(f"{flag(name)} {saved.get(name)!r} (checkpoint) vs {current.get(name)!r} (now)")
-    return diffs
-
-
-def resume_changes(saved: dict, current: dict) -> list[str]:
-    """``--flag saved -> current`` for each setting of the saved run that a resume may change and
-    ``current`` changes (the budget, :data:`RUN_CADENCE_FIELDS`, --return-window); a field ``saved`` lacks
-    (an older version's record) is not named."""
-    from accerl_jax.config import flag
-
-    names = [n for n in ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan", "return_window")
-             if n in saved and n in current and saved[n] != current[n]]
-    return [f"{flag(n)} {saved[n]!r} -> {current[n]!r}" for n in names]
-
-
-def find_resume_point(resume: str, logdir: Optional[str], config: dict, processes: int = 1) -> ResumePoint:
-    """Validate ``--resume PATH`` and read its checkpoint's JSON record; writes nothing.
-
-    Args:
-      resume: a run folder (its latest checkpoint is used) or a checkpoint folder ``<run>/checkpoints/<update>``
-        (which must be the run's latest, so that no later checkpoint is overwritten).
-      logdir: ``--logdir``, or None; when given it must be the run folder of ``resume``.
-      config: the current configuration as a dict; it must equal the checkpoint's except for
-        :data:`RESUME_MAY_CHANGE` and the split of the global batch over ``processes`` processes
-        (:func:`config_differences`).
-      processes: the process count of this run.
-
-    Raises:
-      ConfigError: naming the path and what is wrong (missing, not a checkpoint, half-written, not the
-        latest, other logdir, incompatible configuration, unreadable record).
-    """
-    point = find_checkpoint(resume, "--resume", latest_only=True, logdir=logdir)
-    meta = point.meta
-    # Checkpoints record the process count of the run that wrote them; older ones only its flag.
-    saved_processes = meta.get("extra", {}).get("num_processes") or meta["config"].get("num_processes") or 1
-    diffs = config_differences(meta["config"], config, int(saved_processes), processes)
-    if diffs:
-        raise ConfigError(f"bad --resume {resume!r}: checkpoint {point.step} was written by a different configuration "
-                          f"({'; '.join(diffs)}); resume it with its own settings (--resume alone takes them; "
-                          "--total-steps may grow, and logging flags may change)")
-    return point
 
 
 def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: Optional[str] = None) -> ResumePoint:
@@ -514,7 +437,8 @@ def host_key_only(carry, jittable: bool):
 
 __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
-    "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "resume_changes",
-    "config_differences", "find_checkpoint", "finished_steps", "read_record", "find_resume_point", "read_checked", "host_leaves", "read_leaves",
-    "host_key_only",
+    "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "LAYOUT_FIELDS",
+    "find_checkpoint", "finished_steps", "read_record", "read_checked", "host_leaves", "read_leaves",
+    "trim_metrics", "host_key_only",
+    "lock_run", "remove_run",
 ]

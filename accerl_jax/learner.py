@@ -61,6 +61,41 @@ AXIS = "batch"
 LOSSES = ("actor-critic", "appo")
 
 
+def loss_conflict(loss: str, corrector_name: str, epochs: int, minibatches: int) -> tuple[str, str] | None:
+    """The rule of the losses that these settings break, as ``(rule, reason)``; None when they fit.
+
+    ``rule`` is ``"corrector"`` (not one of :data:`accerl_jax.corrector.CORRECTORS`), ``"loss"`` (not one
+    of :data:`LOSSES`), ``"appo-retrace"`` (APPO needs state-value advantages), ``"passes"`` (``epochs``
+    or ``minibatches`` below 1) or ``"passes-without-appo"`` (more than one pass needs ``appo``). The one
+    home of these rules: :class:`LossConfig` raises ``ValueError(reason)``, the plan a ConfigError naming
+    the flags (:func:`accerl_jax.plan.make_loss_config`).
+    """
+    if corrector_name not in corrector.CORRECTORS:
+        return "corrector", f"unknown corrector {corrector_name!r}; expected one of {', '.join(corrector.CORRECTORS)}"
+    if loss not in LOSSES:
+        return "loss", f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}"
+    if loss == "appo" and corrector_name == "retrace":
+        return "appo-retrace", ("loss 'appo' needs state-value advantages; use corrector vtrace, is or none, "
+                                "not retrace (retrace trains a Q critic with loss 'actor-critic')")
+    if epochs < 1 or minibatches < 1:
+        return "passes", f"epochs and minibatches must be >= 1, got {epochs} and {minibatches}"
+    if loss != "appo" and (epochs, minibatches) != (1, 1):
+        return "passes-without-appo", "epochs and minibatches other than 1 need loss 'appo'"
+    return None
+
+
+def batch_conflict(batch_size: int, devices: int, minibatches: int = 1) -> str | None:
+    """How a global batch of ``batch_size`` environments fails to split over ``devices`` learner devices
+    and ``minibatches`` minibatches: ``"devices"`` (not a multiple of ``devices``), ``"minibatches"`` (not
+    of ``devices x minibatches``), or None when it splits. The one home of the rule: the update raises
+    ValueError on it (:func:`make_update`), the plan a ConfigError naming ``--num-envs``."""
+    if batch_size % devices:
+        return "devices"
+    if batch_size % (devices * minibatches):
+        return "minibatches"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
     """Hyperparameters of the learner's loss.
@@ -93,17 +128,9 @@ class LossConfig:
     minibatches: int = 1
 
     def __post_init__(self):
-        if self.corrector not in corrector.CORRECTORS:
-            raise ValueError(f"unknown corrector {self.corrector!r}; expected one of {', '.join(corrector.CORRECTORS)}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
-        if self.loss == "appo" and self.corrector == "retrace":
-            raise ValueError("loss 'appo' needs state-value advantages; use corrector vtrace, is or none, "
-                             "not retrace (retrace trains a Q critic with loss 'actor-critic')")
-        if self.epochs < 1 or self.minibatches < 1:
-            raise ValueError(f"epochs and minibatches must be >= 1, got {self.epochs} and {self.minibatches}")
-        if self.loss != "appo" and (self.epochs, self.minibatches) != (1, 1):
-            raise ValueError("epochs and minibatches other than 1 need loss 'appo'")
+        conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)
+        if conflict is not None:
+            raise ValueError(conflict[1])
 
     @property
     def optimizer_steps(self) -> int:
@@ -501,9 +528,10 @@ def make_update(
 
     def update(state: LearnerState, batch: Rollout):
         b = batch.action.shape[1]
-        if b % n_dev:
+        conflict = batch_conflict(b, n_dev, cfg.minibatches)
+        if conflict == "devices":
             raise ValueError(f"batch size B={b} is not divisible by the {n_dev} learner devices; use a multiple of {n_dev}")
-        if b % (n_dev * cfg.minibatches):
+        if conflict == "minibatches":
             raise ValueError(f"batch size B={b} is not divisible by {n_dev} devices x {cfg.minibatches} minibatches; "
                              f"use a multiple of {n_dev * cfg.minibatches}")
         return jitted(state, batch)

@@ -1,25 +1,39 @@
-"""The plan of a run: every check of the configuration, in one place, and the choices that follow from
-it (loop, device layout, loss, network, compressor capabilities; :func:`check_compressor` runs a
-compressor abstractly on the learner's network so that one that does not fit is refused up front).
+"""The plan of a run: every check of a training configuration, in one place, and the choices that
+follow from it (loop, device layout, loss, network, compressor capabilities), decided once.
 
-:func:`check_config` checks what the flags alone decide; :func:`make_plan` adds what the environment's
-facts (:class:`~accerl_jax.envs.EnvInfo`) and the machine (devices, processes) decide, and returns the
-:class:`Plan` that setup (:mod:`accerl_jax.run`), the :class:`~accerl_jax.driver.Driver` and the steppers
-(:mod:`accerl_jax.loops`) follow without checking again. Each bad combination has one
-:class:`~accerl_jax.config.ConfigError` (the CLI exits 2 with it), raised before anything is written.
+:func:`make_plan` takes the configuration and small typed facts -- the environment's
+(:class:`~accerl_jax.envs.EnvInfo`), the machine's (:class:`Machine`: processes, devices, backend) and the
+run folder's (:class:`Folder`: what ``--logdir`` holds, the ``--resume`` checkpoint's record) -- and
+returns the :class:`Plan` that setup (:mod:`accerl_jax.run`: it only builds), the
+:class:`~accerl_jax.driver.Driver` and the steppers (:mod:`accerl_jax.loops`) follow without checking
+again. It builds nothing heavy and writes nothing: the facts are read beforehand
+(:func:`accerl_jax.run.read_folder`, ``env.info``, :meth:`Machine.current`), and the compressor is only
+run abstractly (:func:`check_compressor`). :func:`check_config` is its part that needs no environment
+(the flags and the process and device counts), which multi-host processes run before they join and setup
+runs before it builds the environments. Each bad combination has one
+:class:`~accerl_jax.config.ConfigError` (the CLI exits 2 with it).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
+from accerl_jax.checkpoint import LAYOUT_FIELDS, RESUME_MAY_CHANGE, ResumePoint
+from accerl_jax.compressor import Compressor, make_compressor, uses_registered
+from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
+from accerl_jax.run_folder import refuse_taken
 from accerl_jax.seeds import envpool_seed
+
+if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX's backend: a multi-host
+    from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.distributed.join)
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
@@ -29,6 +43,47 @@ MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 # 16 envs x 16 steps, MLP(64, 64), full-batch passes, 200k steps, 2-core CPU): 8 solved all 8 seeds tried;
 # 4 solved none of 4, 6 solved 4 of 4 but later (docs/RESULTS.md, "The default job").
 APPO_EPOCHS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """The machine facts a plan depends on; :meth:`current` reads them from JAX.
+
+    Attributes:
+      num_processes: processes in the run (multi-host: ``jax.process_count()``).
+      process_id: this process's index in ``[0, num_processes)``; only 0 writes the run's files.
+      local_devices: JAX devices of this process (``jax.local_device_count()``).
+      backend: JAX's default platform name: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+    """
+
+    num_processes: int = 1
+    process_id: int = 0
+    local_devices: int = 1
+    backend: str = "cpu"
+
+    @classmethod
+    def current(cls) -> "Machine":
+        """This process's facts, from JAX (starts its backend: multi-host processes join the run first)."""
+        return cls(jax.process_count(), jax.process_index(), jax.local_device_count(), jax.default_backend())
+
+
+@dataclasses.dataclass(frozen=True)
+class Folder:
+    """The run folder as found on disk before planning (:func:`accerl_jax.run.read_folder` reads it).
+
+    Attributes:
+      logdir: the folder the run writes (``--logdir``, the default one, or the resumed run's own);
+        None on a multi-host process other than 0, which writes into a temporary folder.
+      is_file: ``logdir`` exists and is a file.
+      taken: names of run files (and ``checkpoints/``) already in ``logdir``, sorted.
+      resume: the ``--resume`` checkpoint (:class:`~accerl_jax.checkpoint.ResumePoint`, its JSON record
+        read and checked for damage by :func:`~accerl_jax.checkpoint.find_checkpoint`), or None.
+    """
+
+    logdir: str | None = None
+    is_file: bool = False
+    taken: tuple[str, ...] = ()
+    resume: ResumePoint | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,44 +102,55 @@ class Plan:
     first_learner_device: int
     steps_per_update: int  # agent steps per update over all processes: num_envs x rollout_length x processes
     num_updates: int
+    # The compressor's compress() takes the learner's outputs as its teacher (Compressor.takes_teacher;
+    # False for --compressor auto, whose distilling candidates run their own teacher pass).
+    takes_teacher: bool = False
+    logdir: str | None = None  # Folder.logdir
+    resume: ResumePoint | None = None  # Folder.resume
+
+
+def config_record(cfg: Config) -> dict:
+    """``cfg`` as a checkpoint records it: a JSON-ready dict (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
 def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     """The learner's :class:`~accerl_jax.learner.LossConfig` for ``cfg``, with ``--loss auto`` and
     ``--epochs 0`` resolved: ``auto`` is ``appo``, or ``actor-critic`` with ``--corrector retrace`` (APPO
     needs state-value advantages); epochs 0 is :data:`APPO_EPOCHS` with ``appo``, 1 with ``actor-critic``.
+    The rules are the losses' own (:func:`accerl_jax.learner.loss_conflict`).
 
     Raises:
       ConfigError: for a bad ``--loss`` or a combination the losses do not accept (``appo`` with
         ``retrace``; ``--epochs``/``--minibatches`` other than 1 without ``appo``).
     """
-    if cfg.loss not in (*learner_lib.LOSSES, "auto"):
-        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)} or auto")
     loss = cfg.loss
     if loss == "auto":
         loss = "actor-critic" if cfg.corrector == "retrace" else "appo"
     epochs = cfg.epochs or (APPO_EPOCHS if loss == "appo" else 1)
-    if loss != "appo" and (epochs, cfg.minibatches) != (1, 1):
+    conflict = learner_lib.loss_conflict(loss, cfg.corrector, epochs, cfg.minibatches)
+    rule = conflict and conflict[0]
+    if rule == "loss":
+        raise ConfigError(f"bad --loss {cfg.loss!r}; expected one of {', '.join(learner_lib.LOSSES)} or auto")
+    if rule == "passes-without-appo":
         settings = {"epochs": cfg.epochs, "minibatches": cfg.minibatches}
         given = " ".join(f"{flag(name)} {value}" for name, value in settings.items() if value not in (0, 1))
         why = " (--loss auto with --corrector retrace)" if cfg.loss == "auto" else ""
         raise ConfigError(f"bad {given} with --loss actor-critic{why}: it takes one gradient step per rollout; "
                           "drop the flag, or use --loss appo (not with retrace)")
-    try:
-        return learner_lib.LossConfig(
-            corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
-            clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
-            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
-            epochs=epochs, minibatches=cfg.minibatches,
-        )
-    except ValueError as err:
-        raise ConfigError(f"bad --loss/--corrector combination: {err}") from None
+    if conflict is not None:
+        raise ConfigError(f"bad --loss/--corrector combination: {conflict[1]}")
+    return learner_lib.LossConfig(
+        corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
+        clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+        value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
+        epochs=epochs, minibatches=cfg.minibatches,
+    )
 
 
-def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) -> str:
-    """Every check the flags (and the machine's process and device counts) decide: numbers, names,
-    combinations, the loop; nothing is built or written. Returns the loop the flags choose
-    (:func:`choose_loop`; :func:`make_plan` may still move a conv net on CPU to the sequential loop).
+def check_flags(cfg: Config, num_processes: int = 1) -> None:
+    """The checks the flags alone (and the process count) decide: numbers, names, combinations that do
+    not depend on the loop; nothing is built or written.
 
     Raises:
       ConfigError: naming the bad flag and value and what is accepted.
@@ -115,10 +181,21 @@ def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) ->
             envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    loop = choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
-    if num_processes > 1:
-        check_multi_host(cfg, loop)
-    return loop
+
+
+def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) -> str:
+    """The part of :func:`make_plan` that needs no environment: :func:`check_flags`, then the loop the
+    flags choose and its checks (:func:`choose_loop`, without the network's family: :func:`make_plan`
+    may still move a conv net on CPU to the sequential loop). Nothing is built or written.
+
+    Returns:
+      the loop: ``"anakin"``, ``"sequential"`` or ``"sebulba"``.
+
+    Raises:
+      ConfigError: naming the bad flag and value and what is accepted.
+    """
+    check_flags(cfg, num_processes)
+    return choose_loop(cfg, num_processes=num_processes, local_devices=local_devices)
 
 
 def check_multi_host(cfg: Config, loop: str) -> None:
@@ -141,14 +218,19 @@ def check_multi_host(cfg: Config, loop: str) -> None:
                           "actors and compressors keep process-local state); start a new run")
 
 
-def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) -> str:
-    """The loop ``cfg.loop`` names, ``auto`` resolved: ``anakin`` for gymnax envs (``sequential`` with
-    ``--distill-async``), ``sebulba`` for envpool
-    (``sequential`` with several processes).
+def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, family: str | None = None,
+                backend: str | None = None) -> str:
+    """The loop ``cfg.loop`` names, ``auto`` resolved, and the refusals of what that loop cannot run.
+
+    ``auto``: ``anakin`` for gymnax envs (``sequential`` with ``--distill-async``), ``sebulba`` for envpool
+    (``sequential`` with several processes); a conv net (``family`` ``"cnn"``) on CPU (``backend``
+    ``"cpu"``) with one seed moves from Anakin to the sequential loop: its gradient steps inside one
+    XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
+    pitfall"). ``family`` None (the network not known yet, :func:`check_config`) skips that rule.
 
     Raises:
       ConfigError: a loop that cannot run what ``cfg`` asks for (``--num-seeds`` > 1 outside Anakin;
-        see :func:`check_anakin` and :func:`check_sebulba`).
+        see :func:`check_anakin`, :func:`check_sebulba` and, with several processes, :func:`check_multi_host`).
     """
     jittable = cfg.env.startswith("gymnax:")
     loop = cfg.loop
@@ -157,6 +239,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) 
             loop = "sebulba" if num_processes == 1 else "sequential"
         elif cfg.distill_async and cfg.num_seeds == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
+        elif cfg.num_seeds == 1 and family == "cnn" and backend == "cpu":
+            loop = "sequential"
         else:
             loop = "anakin"
     if cfg.num_seeds > 1 and loop != "anakin":
@@ -166,6 +250,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1) 
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
+    if num_processes > 1:
+        check_multi_host(cfg, loop)
     return loop
 
 
@@ -239,39 +325,112 @@ def check_sebulba(cfg: Config, loop: str) -> None:
                           f"actor thread (--num-envs {cfg.num_envs} / --actor-threads {cfg.actor_threads})")
 
 
-def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None, process_id: int | None = None,
-              local_devices: int | None = None, backend: str | None = None) -> Plan:
-    """The :class:`Plan` for ``cfg`` on environments described by ``info`` (an
-    :class:`~accerl_jax.envs.EnvInfo`) and this machine (default: what JAX sees). ``loop`` is what
-    :func:`check_config` returned for ``cfg`` (setup calls it before it builds the environments); with
-    ``--loop auto``, a conv net on CPU moves from Anakin to the sequential loop: its gradient steps inside
-    one XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
-    pitfall").
+def config_differences(saved: dict, current: dict, saved_processes: int = 1, processes: int = 1) -> list[str]:
+    """``--flag saved -> current`` for each field that matters to the computation and differs (all but
+    :data:`~accerl_jax.checkpoint.RESUME_MAY_CHANGE`); a field the saved configuration lacks (written by
+    an older version) counts as its default.
+
+    ``--num-envs`` and ``--num-processes`` are compared as the global batch they make (``--num-envs`` x
+    process count; ``saved_processes`` and ``processes`` are the process counts of the checkpoint's run and
+    of this one): one process of 8 envs resumes as two of 4. The device count is not part of the
+    configuration (the learner's batch is the same on any number of local devices)."""
+    # A checkpoint written before a field existed ran with that field's default, except --loop: such runs
+    # ran the sequential loop (the loops were added with the field), and --reward-clip of envpool runs.
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    defaults["loop"] = "sequential"
+    if str(saved.get("env", "")).startswith("envpool:"):
+        defaults["reward_clip"] = False  # envpool runs before --reward-clip trained on raw rewards
+    saved = {**{k: v for k, v in defaults.items() if k in current}, **saved}
+    diffs = []
+    saved_batch, batch = saved.get("num_envs", 0) * saved_processes, current.get("num_envs", 0) * processes
+    if saved_batch != batch:
+        def layout(envs, n):
+            return f"{envs} x {n} process{'es' if n != 1 else ''} = {envs * n}"
+
+        fix = (f"give --num-envs {saved_batch // processes}" if saved_batch % processes == 0 else
+               f"use a process count that divides {saved_batch}")
+        diffs.append(f"global batch --num-envs x processes {layout(saved.get('num_envs'), saved_processes)} "
+                     f"(checkpoint) vs {layout(current.get('num_envs'), processes)} (now): a resumed run keeps the "
+                     f"learner's global batch; {fix}")
+    for name in sorted(set(saved) | set(current)):
+        if name in RESUME_MAY_CHANGE or name in LAYOUT_FIELDS:
+            continue
+        if saved.get(name) != current.get(name):
+            diffs.append(f"{flag(name)} {saved.get(name)!r} (checkpoint) vs {current.get(name)!r} (now)")
+    return diffs
+
+
+def resume_changes(saved: dict, current: dict) -> list[str]:
+    """``--flag saved -> current`` for each setting of the saved run that a resume may change and
+    ``current`` changes (the budget, :data:`~accerl_jax.checkpoint.RUN_CADENCE_FIELDS`, --return-window);
+    a field ``saved`` lacks (an older version's record) is not named."""
+    names = [n for n in ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan", "return_window")
+             if n in saved and n in current and saved[n] != current[n]]
+    return [f"{flag(n)} {saved[n]!r} -> {current[n]!r}" for n in names]
+
+
+def check_resume(cfg: Config, point: ResumePoint, num_processes: int = 1) -> None:
+    """Refuse a ``--resume`` checkpoint ``point`` written by another configuration: ``cfg`` must equal the
+    checkpoint's except for :data:`~accerl_jax.checkpoint.RESUME_MAY_CHANGE` and the split of the global
+    batch over ``num_processes`` processes (:func:`config_differences`).
 
     Raises:
-      ConfigError: any bad setting or combination (module docstring).
+      ConfigError: naming every difference and how to resume with the run's own settings.
     """
-    n_proc = jax.process_count() if num_processes is None else num_processes
-    pid = jax.process_index() if process_id is None else process_id
-    n_dev = jax.local_device_count() if local_devices is None else local_devices
-    first = first_learner_device(cfg, n_dev, backend)
-    n_dev -= first
-    if info.num_envs % n_dev:
-        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of the {n_dev} local devices"
-                          + (" of the learner (cpu:0 is the actor's)" if first else ""))
-    if info.num_envs % (n_dev * cfg.minibatches):
-        raise ConfigError(f"bad --num-envs {info.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
-                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
-    if info.continuous and cfg.corrector == "retrace":
-        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
-                          "all actions); this env has continuous actions; use vtrace, is or none")
-    steps_per_update = info.num_envs * cfg.rollout_length * n_proc
-    num_updates = max(1, cfg.total_steps // steps_per_update)
-    if num_updates > MAX_UPDATES:
-        raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    meta = point.meta
+    # Checkpoints record the process count of the run that wrote them; older ones only its flag.
+    saved_processes = meta.get("extra", {}).get("num_processes") or meta["config"].get("num_processes") or 1
+    diffs = config_differences(meta["config"], config_record(cfg), int(saved_processes), num_processes)
+    if diffs:
+        raise ConfigError(f"bad --resume {cfg.resume!r}: checkpoint {point.step} was written by a different configuration "
+                          f"({'; '.join(diffs)}); resume it with its own settings (--resume alone takes them; "
+                          "--total-steps may grow, and logging flags may change)")
+
+
+def check_folder(cfg: Config, folder: Folder, num_processes: int = 1) -> None:
+    """The run folder's checks: a ``--resume`` checkpoint's configuration (:func:`check_resume`), else
+    a new run's ``logdir`` (:func:`accerl_jax.run_folder.refuse_taken`; none on a multi-host process other than 0).
+
+    Raises:
+      ConfigError: from those two.
+    """
+    if folder.resume is not None:
+        check_resume(cfg, folder.resume, num_processes)
+    elif folder.logdir is not None:
+        refuse_taken(folder.logdir, folder.is_file, folder.taken, cfg.overwrite)
+
+
+def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update: int) -> None:
+    """Refuse a ``--resume`` whose ``--total-steps`` leaves nothing to do: a checkpoint that has
+    ``completed`` updates continues only up to a budget of more (``num_updates``, of ``steps_per_update``
+    agent steps each). A larger budget than the checkpoint's run had extends it.
+
+    Raises:
+      ConfigError: naming the budget, the updates already done and the smallest budget that continues.
+    """
+    if completed < num_updates:
+        return
+    more = (completed + 1) * steps_per_update
+    if completed == num_updates:
+        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates of "
+                          f"--total-steps {cfg.total_steps}; nothing to resume (--total-steps {more} or more extends it)")
+    raise ConfigError(f"bad --total-steps {cfg.total_steps} with --resume {cfg.resume!r}: a budget of {num_updates} "
+                      f"update{'s' if num_updates != 1 else ''}, fewer than the {completed} its checkpoint has done; a "
+                      f"resumed run continues, so give --total-steps {more} or more")
+
+
+def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
+    """The learner's network for ``env``'s observations and actions: the family's default
+    (:func:`accerl_jax.networks.default_spec`; a Q head with ``--corrector retrace``), widths from
+    ``--hidden-sizes`` if given.
+
+    Raises:
+      ConfigError: observations no network family takes, or ``--hidden-sizes`` of the wrong length for a
+        conv net.
+    """
     try:
-        spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first,
-                                     action_dim=info.action_dim, q_head=cfg.corrector == "retrace")
+        spec = networks.default_spec(env.obs_shape, env.num_actions, env.channels_first,
+                                     action_dim=env.action_dim, q_head=cfg.corrector == "retrace")
     except ValueError as err:
         raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
     if cfg.hidden_sizes:
@@ -280,14 +439,100 @@ def make_plan(cfg: Config, info, loop: str, *, num_processes: int | None = None,
                               f"expected {len(spec.widths)} numbers, three conv channel counts then the dense size, "
                               f"e.g. {' '.join(map(str, spec.widths))}")
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
-    if (cfg.loop == "auto" and loop == "anakin" and cfg.num_seeds == 1 and spec.family == "cnn"
-            and (backend or jax.default_backend()) == "cpu"):
-        loop = "sequential"
-        if n_proc > 1:
-            check_multi_host(cfg, loop)
+    return spec
+
+
+def make_plan(cfg: Config, env: EnvInfo, machine: Machine | None = None, folder: Folder | None = None) -> Plan:
+    """The :class:`Plan` for ``cfg`` on environments described by ``env`` (this process's
+    ``env.num_envs``), on ``machine`` (default: one process, one CPU device) with the run folder ``folder``
+    (default: none, nothing about it checked). Pure: reads and writes nothing, builds nothing but the
+    compressor's abstract dry run.
+
+    Checks, in order: the flags (:func:`check_flags`); the run folder (:func:`check_folder`); the device
+    layout (:func:`first_learner_device`, ``--num-envs`` over the learner's devices and minibatches); the
+    env's facts (Retrace needs discrete actions; the budget fits the update counter); the network
+    (:func:`make_spec`); the loop, chosen once (:func:`choose_loop`); a ``--resume``'s budget
+    (:func:`check_budget`); the compressor (:func:`check_compressors`).
+
+    Raises:
+      ConfigError: any bad setting or combination (module docstring).
+    """
+    machine = machine or Machine()
+    n_proc = machine.num_processes
+    check_flags(cfg, n_proc)
+    if folder is not None:
+        check_folder(cfg, folder, n_proc)
+    first = first_learner_device(cfg, machine.local_devices, machine.backend)
+    n_dev = machine.local_devices - first
+    split = learner_lib.batch_conflict(env.num_envs, n_dev, cfg.minibatches)
+    if split == "devices":
+        raise ConfigError(f"bad --num-envs {env.num_envs}: must be a multiple of the {n_dev} local devices"
+                          + (" of the learner (cpu:0 is the actor's)" if first else ""))
+    if split == "minibatches":
+        raise ConfigError(f"bad --num-envs {env.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
+                          f"x {n_dev} devices = {n_dev * cfg.minibatches}")
+    if env.continuous and cfg.corrector == "retrace":
+        raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
+                          "all actions); this env has continuous actions; use vtrace, is or none")
+    steps_per_update = env.num_envs * cfg.rollout_length * n_proc
+    num_updates = max(1, cfg.total_steps // steps_per_update)
+    if num_updates > MAX_UPDATES:
+        raise ConfigError(f"bad --total-steps {cfg.total_steps}: more than {MAX_UPDATES} updates; use a smaller budget")
+    spec = make_spec(cfg, env)
+    loop = choose_loop(cfg, num_processes=n_proc, local_devices=machine.local_devices, family=spec.family,
+                       backend=machine.backend)
+    resume = folder.resume if folder is not None else None
+    if resume is not None:
+        check_budget(cfg, resume.meta["extra"]["completed"], num_updates, steps_per_update)
+    takes_teacher = check_compressors(cfg, spec, env.obs_dtype)
     return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
-                num_processes=n_proc, process_id=pid, local_devices=n_dev, first_learner_device=first,
-                steps_per_update=steps_per_update, num_updates=num_updates)
+                num_processes=n_proc, process_id=machine.process_id, local_devices=n_dev, first_learner_device=first,
+                steps_per_update=steps_per_update, num_updates=num_updates, takes_teacher=takes_teacher,
+                logdir=folder.logdir if folder is not None else None, resume=resume)
+
+
+def make_checked_compressor(name: str, spec: networks.NetworkSpec, learner_apply, obs_dtype: str = "float32",
+                            **kwargs) -> Compressor:
+    """:func:`~accerl_jax.compressor.make_compressor` for the ``--compressor`` spec ``name`` (``kwargs``:
+    its distillation settings), refused as a ConfigError where it is malformed or, for a chain with a
+    registered stage, does not fit ``spec`` (:func:`check_compressor`; the built-in stages fit every
+    network family the trainer builds: tests/test_compressor.py's conformance grid).
+
+    Raises:
+      ConfigError: the parser's or the dry run's reason.
+    """
+    try:
+        compressor = make_compressor(name, spec, learner_apply, **kwargs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if uses_registered(name):
+        check_compressor(compressor, spec, name, obs_dtype)
+    return compressor
+
+
+def check_compressors(cfg: Config, spec: networks.NetworkSpec, obs_dtype: str = "float32") -> bool:
+    """Check ``--compressor`` (with ``auto``: each of ``--auto-candidates``) on the learner's network
+    ``spec`` (:func:`make_checked_compressor`; closures only, nothing compiled).
+
+    Returns:
+      whether the run's compressor takes the learner's outputs as its teacher
+      (:attr:`~accerl_jax.compressor.Compressor.takes_teacher`; False for ``auto``).
+
+    Raises:
+      ConfigError: a malformed spec or candidate list, or a compressor that does not fit ``spec``.
+    """
+    learner_apply = networks.make_apply(spec)
+    kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate}
+    if cfg.compressor != "auto":
+        return make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
+                                       distill_async=cfg.distill_async, **kwargs).takes_teacher
+    try:
+        candidates = parse_candidates(cfg.auto_candidates)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    for name in candidates:
+        make_checked_compressor(name, spec, learner_apply, obs_dtype, **kwargs)
+    return False  # AutoCompressor.takes_teacher
 
 
 def first_learner_device(cfg: Config, local_devices: int, backend: str | None = None) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import tempfile
 import time
@@ -23,12 +22,12 @@ from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import distributed, networks, speed, xla
 from accerl_jax.actor import make_actor
-from accerl_jax.compressor import Compressor, make_compressor, uses_registered
+from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence
-from accerl_jax.run_folder import check_logdir, claim_logdir
+from accerl_jax.run_folder import claim_logdir, folder_facts
 from accerl_jax.shards import env_group_ids, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
@@ -43,22 +42,39 @@ def default_logdir(cfg: Config) -> str:
     return os.path.join("runs", f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
 
 
+def read_folder(cfg: Config, process_id: int = 0) -> plan_lib.Folder:
+    """The run folder's facts for the plan (:class:`~accerl_jax.plan.Folder`): with ``--resume``, its
+    checkpoint's record (every process reads it; only process 0 continues the run in that folder), else
+    ``--logdir`` (or a new :func:`default_logdir`) as it is on disk; a multi-host process other than 0
+    writes no run folder. Reads, writes nothing.
+
+    Raises:
+      ConfigError: a ``--resume`` path that holds no readable finished checkpoint, is not the run's latest,
+        or is not the run of ``--logdir`` (:func:`accerl_jax.checkpoint.find_checkpoint`).
+    """
+    if cfg.resume is not None:
+        point = checkpoint.find_checkpoint(cfg.resume, "--resume", latest_only=True, logdir=cfg.logdir)
+        return plan_lib.Folder(logdir=point.logdir if process_id == 0 else None, resume=point)
+    if process_id != 0:
+        return plan_lib.Folder()
+    logdir = cfg.logdir or default_logdir(cfg)
+    is_file, taken = folder_facts(logdir)
+    return plan_lib.Folder(logdir=logdir, is_file=is_file, taken=taken)
+
+
 def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
                          obs_dtype: str = "float32", num_processes: int = 1):
     """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``; with several
     processes, every measurement it decides on is process 0's (:func:`accerl_jax.distributed.from_process_0`).
 
     Raises:
-      ValueError: a bad ``--auto-candidates`` list or candidate spec.
-      ConfigError: a candidate that does not fit ``spec`` (:func:`accerl_jax.plan.check_compressor`).
+      ValueError: a bad ``--auto-candidates`` list.
+      ConfigError: a bad candidate spec, or one that does not fit ``spec``
+        (:func:`accerl_jax.plan.make_checked_compressor`).
     """
-    def make(candidate: str) -> Compressor:
-        compressor = make_compressor(candidate, spec, learner_apply, distill_steps=cfg.distill_steps,
-                                     distill_learning_rate=cfg.distill_learning_rate)
-        if uses_registered(candidate):
-            plan_lib.check_compressor(compressor, spec, candidate, obs_dtype)
-        return compressor
-
+    make = functools.partial(plan_lib.make_checked_compressor, spec=spec, learner_apply=learner_apply,
+                             obs_dtype=obs_dtype, distill_steps=cfg.distill_steps,
+                             distill_learning_rate=cfg.distill_learning_rate)
     return auto(
         cfg.auto_candidates, spec, learner_apply, make,
         divergence=gaussian_policy_divergence if continuous else policy_divergence,
@@ -72,28 +88,24 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
 
 def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
                         obs_dtype: str = "float32", num_processes: int = 1) -> Compressor:
-    """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``.
-    A chain with a registered stage (:func:`~accerl_jax.compressor.register_compressor`) is first run
-    abstractly on ``spec`` (:func:`accerl_jax.plan.check_compressor`); the built-in stages fit every
-    network family the trainer builds (tests/test_compressor.py's conformance grid).
+    """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``,
+    checked as the plan checks it (:func:`accerl_jax.plan.make_checked_compressor`: a chain with a
+    registered stage is first run abstractly on ``spec``).
 
     Raises:
       ConfigError: a bad ``--compressor`` (or ``--auto-candidates``) string, or a compressor that does not
         fit ``spec``.
     """
-    try:
-        if cfg.compressor == "auto":
+    if cfg.compressor == "auto":
+        try:
             return make_auto_compressor(cfg, spec, learner_apply, continuous, obs_dtype, num_processes)
-        compressor = make_compressor(
-            cfg.compressor, spec, learner_apply,
-            distill_steps=cfg.distill_steps, distill_learning_rate=cfg.distill_learning_rate,
-            distill_async=cfg.distill_async,
-        )
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if uses_registered(cfg.compressor):
-        plan_lib.check_compressor(compressor, spec, cfg.compressor, obs_dtype)
-    return compressor
+        except ConfigError:
+            raise
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    return plan_lib.make_checked_compressor(
+        cfg.compressor, spec, learner_apply, obs_dtype, distill_steps=cfg.distill_steps,
+        distill_learning_rate=cfg.distill_learning_rate, distill_async=cfg.distill_async)
 
 
 @dataclasses.dataclass
@@ -164,36 +176,42 @@ class Run:
 
 
 def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | None = None) -> Run:
-    """Check ``cfg`` and build a :class:`Run`; a new run's folder is claimed and appended to ``claimed``.
+    """Plan ``cfg`` on this machine (:func:`plan_run`) and build its :class:`Run` (:func:`build`); a new
+    run's folder is claimed and appended to ``claimed``.
 
     ``before_write`` is called after every check and before the first file is written (multi-host: the
-    processes' vote, :class:`accerl_jax.distributed.SetupVote`). With several processes
-    (``jax.process_count() > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
-    ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
-    folder (removed by the caller); on ``--resume`` they read the checkpoint from the run's folder (which
-    must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
-    on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
-    sequential loop's holds this process's own on its first device.
+    processes' vote, :class:`accerl_jax.distributed.SetupVote`).
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
         checkpoint), raised before anything is written.
     """
-    n_proc, pid = jax.process_count(), jax.process_index()
-    loop = plan_lib.check_config(cfg, n_proc, jax.local_device_count())
+    plan, env, wall_start = plan_run(cfg)
+    return build(cfg, plan, env, claimed, before_write, wall_start)
+
+
+def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
+    """Gather the facts :func:`accerl_jax.plan.make_plan` needs and make the plan: the machine's
+    (:meth:`~accerl_jax.plan.Machine.current`), the run folder's (:func:`read_folder`) and the
+    environments' (``env.info``: the environments are built here, the one heavy step before the plan).
+    The plan's checks that need no environment (:func:`accerl_jax.plan.check_config`,
+    :func:`~accerl_jax.plan.check_folder`) run first, so that a bad setting is refused before the
+    environments are built. Writes nothing.
+
+    Returns:
+      ``(plan, env, wall_start)``: the :class:`~accerl_jax.plan.Plan`, the built environments and the
+      ``time.perf_counter()`` at which building began.
+
+    Raises:
+      ConfigError: any refusal of the plan, a ``--resume`` path without a readable checkpoint, or an env
+        that cannot be built.
+    """
+    machine = plan_lib.Machine.current()
+    n_proc, pid = machine.num_processes, machine.process_id
+    plan_lib.check_config(cfg, n_proc, machine.local_devices)
     compile_cache.use(cfg.compile_cache)  # before the first compile: JAX reads it once per process
-    config_json = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as saved: tuples become lists
-    resume_point = None
-    if cfg.resume is not None:
-        # Every process reads the checkpoint (a multi-host run needs the run folder on a shared file
-        # system); only process 0 continues the run in that folder.
-        resume_point = checkpoint.find_resume_point(cfg.resume, cfg.logdir, config_json, n_proc)
-        logdir = resume_point.logdir if pid == 0 else None
-    elif pid == 0:
-        logdir = cfg.logdir or default_logdir(cfg)
-        check_logdir(logdir, cfg.overwrite)  # fail fast, before building environments
-    else:
-        logdir = None  # made below, after every check
+    folder = read_folder(cfg, pid)
+    plan_lib.check_folder(cfg, folder, n_proc)  # fail fast, before building environments
     wall_start = time.perf_counter()
     try:
         # Host (envpool) envs: env g of the run's num_envs x processes is seeded seed x (that total) + g;
@@ -202,17 +220,40 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
                        reward_clip=cfg.reward_clip)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    return plan_lib.make_plan(cfg, env.info, machine, folder), env, wall_start
+
+
+def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
+          before_write: Callable[[], None] | None = None, wall_start: float | None = None) -> Run:
+    """Build the :class:`Run` that ``plan`` (made for ``cfg`` by :func:`accerl_jax.plan.make_plan`) says,
+    on the environments ``env`` it was made for; checks nothing the plan decides. A new run's folder is
+    claimed (appended to ``claimed``); a ``--resume`` checkpoint is restored.
+
+    ``before_write`` is called before the first file is written. With several processes
+    (``plan.num_processes > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
+    ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
+    folder (removed by the caller); on ``--resume`` they read the checkpoint from the run's folder (which
+    must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
+    on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
+    sequential loop's holds this process's own on its first device. ``wall_start`` (default: now) is the
+    ``time.perf_counter()`` the run's wall time counts from.
+
+    Raises:
+      ConfigError: the run folder claimed or locked by another process meanwhile, or a ``--resume``
+        checkpoint damaged or not fitting the networks (found when it is read).
+    """
+    n_proc, pid = plan.num_processes, plan.process_id
+    wall_start = time.perf_counter() if wall_start is None else wall_start
+    config_json = plan_lib.config_record(cfg)  # as saved: tuples become lists
     info = env.info
-    plan = plan_lib.make_plan(cfg, info, loop)
+    resume_point, logdir = plan.resume, plan.logdir
     spec, loss_cfg = plan.spec, plan.loss
     steps_per_update, num_updates = plan.steps_per_update, plan.num_updates
-    if resume_point is not None:
-        check_budget(cfg, resume_point.meta["extra"]["completed"], num_updates, steps_per_update)
     learner_apply = networks.make_apply(spec)
     loss_apply = networks.make_apply_with_q(spec) if spec.q_head else learner_apply
     compressor = make_run_compressor(cfg, spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
     if resume_point is not None and pid == 0:
-        changes = checkpoint.resume_changes(resume_point.meta["config"], config_json)
+        changes = plan_lib.resume_changes(resume_point.meta["config"], config_json)
         if changes:  # one line: what this session changed of the run's own settings
             print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
     if before_write is not None:
@@ -248,7 +289,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
-    reuse = compressor.takes_teacher and cfg.distill_reuse_teacher
+    reuse = plan.takes_teacher and cfg.distill_reuse_teacher
     teacher_update = make_update(outputs=True) if reuse else None
     state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
     init_state = functools.partial(learner_lib.init_state, optimizer=optimizer, mesh=state_mesh,
@@ -319,25 +360,6 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
         mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
     )
-
-
-def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update: int) -> None:
-    """Refuse a ``--resume`` whose ``--total-steps`` leaves nothing to do: a checkpoint that has
-    ``completed`` updates continues only up to a budget of more (``num_updates``, of ``steps_per_update``
-    agent steps each). A larger budget than the checkpoint's run had extends it.
-
-    Raises:
-      ConfigError: naming the budget, the updates already done and the smallest budget that continues.
-    """
-    if completed < num_updates:
-        return
-    more = (completed + 1) * steps_per_update
-    if completed == num_updates:
-        raise ConfigError(f"bad --resume {cfg.resume!r}: that run already finished all {num_updates} updates of "
-                          f"--total-steps {cfg.total_steps}; nothing to resume (--total-steps {more} or more extends it)")
-    raise ConfigError(f"bad --total-steps {cfg.total_steps} with --resume {cfg.resume!r}: a budget of {num_updates} "
-                      f"update{'s' if num_updates != 1 else ''}, fewer than the {completed} its checkpoint has done; a "
-                      f"resumed run continues, so give --total-steps {more} or more")
 
 
 def tensorboard_purge_step(monitor_state: dict | None) -> int | None:

@@ -26,22 +26,40 @@ def is_run_file(name: str) -> bool:
     return name in RUN_FILES or name.startswith("events.out")
 
 
-def check_logdir(logdir: str, overwrite: bool = False) -> None:
-    """Refuse a ``logdir`` that is a file or already holds a run (unless ``overwrite``), so that nothing
-    saved is overwritten.
+def folder_facts(logdir: str) -> tuple[bool, tuple[str, ...]]:
+    """``(is_file, taken)`` of ``logdir`` as it is on disk now (:class:`~accerl_jax.plan.Folder` records them):
+    whether it is a file, and the run files (and ``checkpoints/``) already in it, sorted."""
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        return True, ()
+    if not os.path.isdir(logdir):
+        return False, ()
+    return False, tuple(sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == CHECKPOINT_DIR))
+
+
+def refuse_taken(logdir: str, is_file: bool, taken: tuple[str, ...] | list[str], overwrite: bool = False) -> None:
+    """The rule on a run folder's facts (:func:`folder_facts`): refuse a ``logdir`` that is a file
+    (``is_file``) or already holds a run (``taken``) unless ``overwrite``, so that nothing saved is
+    overwritten. The plan applies it before anything is built (:func:`accerl_jax.plan.make_plan`).
 
     Raises:
       ConfigError: naming the folder and what is in the way.
     """
-    if os.path.exists(logdir) and not os.path.isdir(logdir):
+    if is_file:
         raise ConfigError(f"bad --logdir {logdir!r}: it is a file; expected a folder")
-    if os.path.isdir(logdir) and not overwrite:
-        taken = sorted(f for f in os.listdir(logdir) if is_run_file(f) or f == CHECKPOINT_DIR)
-        if taken:
-            raise ConfigError(
-                f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
-                f"continue it with --resume {logdir}, or replace it with --overwrite"
-            )
+    if taken and not overwrite:
+        raise ConfigError(
+            f"bad --logdir {logdir!r}: it already holds a run ({', '.join(taken)}); choose a new folder, "
+            f"continue it with --resume {logdir}, or replace it with --overwrite"
+        )
+
+
+def check_logdir(logdir: str, overwrite: bool = False) -> None:
+    """:func:`refuse_taken` on the folder as it is on disk now.
+
+    Raises:
+      ConfigError: naming the folder and what is in the way.
+    """
+    refuse_taken(logdir, *folder_facts(logdir), overwrite)
 
 
 def claim_logdir(logdir: str) -> None:
@@ -142,5 +160,5 @@ def _replace_lines(path: str, lines: list[str]) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["CHECKPOINT_DIR", "LOCK_FILE", "RUN_FILES", "RunLock", "check_logdir", "claim_logdir", "is_run_file",
+__all__ = ["CHECKPOINT_DIR", "LOCK_FILE", "RUN_FILES", "RunLock", "check_logdir", "claim_logdir", "folder_facts", "is_run_file", "refuse_taken",
            "lock_run", "remove_run", "trim_metrics"]

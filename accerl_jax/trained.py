@@ -100,7 +100,7 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
     point = checkpoint.find_checkpoint(path, WHAT)
     cfg = saved_config(point)
     try:
-        loop = plan_lib.check_config(cfg)
+        plan_lib.check_config(cfg)
     except ConfigError as err:
         raise ConfigError(f"bad {WHAT} {run_dir!r}: its saved configuration is refused ({err})") from None
     if not 0 <= seed_index < cfg.num_seeds:
@@ -115,8 +115,7 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
         raise ConfigError(f"bad {WHAT} {run_dir!r}: its env {cfg.env!r} cannot be built here ({err})") from None
     # The network only: the training machine's device layout (--actor-device cpu-apart) does not apply here.
     plan = plan_lib.make_plan(dataclasses.replace(cfg, actor_device="cpu"),
-                              dataclasses.replace(env.info, num_envs=cfg.num_envs), loop,
-                              num_processes=1, process_id=0, local_devices=1)
+                              dataclasses.replace(env.info, num_envs=cfg.num_envs), plan_lib.Machine())
     spec = plan.spec
     learner_apply = networks.make_apply(spec)
     leaves = checkpoint.read_checked(point, WHAT)

@@ -100,8 +100,7 @@ def _actor_for(cfg, trained: dict, batch: int):
     from accerl_jax.run import make_run_compressor
 
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)
-    spec = plan_lib.make_plan(cfg, env.info, "sebulba", num_processes=1, process_id=0, local_devices=2,
-                              backend="cpu").spec
+    spec = plan_lib.make_plan(cfg, env.info, plan_lib.Machine(local_devices=2, backend="cpu")).spec
     learner_apply = networks.make_apply(spec)
     compressor = make_run_compressor(cfg, spec, learner_apply, env.info.continuous, env.info.obs_dtype)
     actor = HostActor(env, compressor.actor_apply(learner_apply), cfg.rollout_length, family=spec.family)

@@ -35,7 +35,7 @@ def main() -> None:
         for compressor in COMPRESSORS:
             cfg = Config(env=env_id, compressor=compressor, num_envs=16)
             env = make_env(env_id, cfg.num_envs)
-            spec = plan_lib.make_plan(cfg, env.info, plan_lib.check_config(cfg)).spec
+            spec = plan_lib.make_plan(cfg, env.info).spec
             apply = networks.make_apply(spec)
             params = networks.init_params(spec, jax.random.PRNGKey(0))
             comp = make_run_compressor(cfg, spec, apply, env.info.continuous)

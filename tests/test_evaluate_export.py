@@ -66,7 +66,7 @@ def _write_run(logdir, env_id: str, compressor: str) -> str:
     cfg = Config(env=env_id, compressor=compressor, num_envs=2, rollout_length=4, total_steps=8, distill_steps=1,
                  hidden_sizes=MLP_WIDTHS if env_id == "gymnax:CartPole-v1" else (8,) if "Pendulum" in env_id else (), logdir=str(logdir), progress=False)
     env = make_env(cfg.env, cfg.num_envs)
-    spec = plan_lib.make_plan(cfg, env.info, plan_lib.check_config(cfg)).spec
+    spec = plan_lib.make_plan(cfg, env.info).spec
     k_net, k_comp, k_env = jax.random.split(jax.random.PRNGKey(3), 3)
     params = networks.init_params(spec, k_net)
     compressor_ = make_run_compressor(cfg, spec, networks.make_apply(spec), False)

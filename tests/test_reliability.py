@@ -304,7 +304,7 @@ def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch, which):
 def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
     """A checkpoint written before a flag existed resumes if the flag is at its default; --loop then must
     be the sequential loop those runs ran."""
-    from accerl_jax.checkpoint import config_differences
+    from accerl_jax.plan import config_differences
 
     current = dataclasses.asdict(Config(loop="sequential"))
     old = {k: v for k, v in current.items() if k not in ("loop", "num_seeds", "queue_size")}
@@ -314,7 +314,7 @@ def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
 
 
 def test_resume_may_change_the_budget_and_the_split_of_the_global_batch_over_processes():
-    from accerl_jax.checkpoint import config_differences
+    from accerl_jax.plan import config_differences
 
     saved = dataclasses.asdict(Config(num_envs=8))
     assert config_differences(saved, dict(saved, total_steps=10**9, return_window=5, log_every=1)) == []
