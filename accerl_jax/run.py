@@ -282,18 +282,18 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
     # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
     # --actor-device cpu-apart on XLA:CPU, where the actor runs).
     mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
-    make_update = functools.partial(
-        learner_lib.make_update, loss_apply, optimizer, loss_cfg, mesh, family=spec.family,
-        learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
-    update = make_update()
     # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
     # sequential loop keeps process-local state and its update assembles the global batch.
     global_state = n_proc == 1 or plan.loop == "anakin"
-    reuse = plan.takes_teacher and cfg.distill_reuse_teacher
-    teacher_update = make_update(outputs=True) if reuse else None
     state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
-    init_state = functools.partial(learner_lib.init_state, optimizer=optimizer, mesh=state_mesh,
-                                   key=learner_lib.learner_key(cfg.seed))
+    make_learner = functools.partial(
+        learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh,
+        learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
+    learner = make_learner()
+    update = learner.update
+    reuse = plan.takes_teacher and cfg.distill_reuse_teacher
+    teacher_update = make_learner(outputs=True).update if reuse else None
+    init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
     state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
     if n_proc > 1:
         if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
