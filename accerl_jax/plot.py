@@ -55,7 +55,9 @@ SEGMENTS = (
 )
 DPI = 90  # of the PNG files
 GRID_POINTS = 200  # points of the common x grid on which a group's seeds are averaged
+MIN_SHARED_RANGE = 0.5  # seeds form a band where the x range they share is >= this share of the range they span
 MAX_LABEL_SETTINGS = 2  # a group differing from the others of its env in more settings is labelled by its folder
+NO_RETURN = "no episode finished yet"  # a group (or panel) without a finite return_mean
 UNKNOWN_ENV = "env unknown (no summary.json yet)"  # the panel of runs that have not finished
 SEED_SUFFIX = re.compile(r"(^|[-_.])(s|seed)?[-_.]*$")  # 'quickstart-s' (the common start of -s0, -s1) -> 'quickstart'
 
@@ -207,14 +209,16 @@ def _finite_curves(members: list[RunLog], x_key: str, y_key: str):
 def seed_band(members: list[RunLog], x_key: str, y_key: str = "return_mean"):
     """Mean and min/max of ``y_key`` over the runs in ``members``, linearly interpolated onto a common grid
     of ``x_key`` from the largest first to the smallest final x any of them reached. Returns ``(x, mean,
-    lo, hi)``; None if some run has no finite ``y_key`` yet or the runs' ``x_key`` ranges have less than
-    two points in common (e.g. wall times of seeds run one after another, one of them compiling longer)."""
+    lo, hi)``; None if some run has no finite ``y_key`` yet or the range the runs share is less than
+    :data:`MIN_SHARED_RANGE` of the range they span together (e.g. wall times of seeds run one after
+    another, one of them compiling longer: a band there would average one seed's start with another's end)."""
     curves = _finite_curves(members, x_key, y_key)
     if curves is None:
         return None
     start = max(c[0][0] for c in curves)
     stop = min(c[0][-1] for c in curves)
-    if len(curves) > 1 and not stop > start:
+    span = max(c[0][-1] for c in curves) - min(c[0][0] for c in curves)
+    if len(curves) > 1 and not (stop > start and stop - start >= MIN_SHARED_RANGE * span):
         return None
     grid = np.linspace(start, stop, GRID_POINTS) if stop > start else np.array([stop])
     ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])
@@ -223,7 +227,7 @@ def seed_band(members: list[RunLog], x_key: str, y_key: str = "return_mean"):
 
 def draw_group(ax, members: list[RunLog], x_key: str, color: str, label: str, y_key: str = "return_mean") -> int:
     """Draw one group on ``ax``: the mean over its runs with a min-max band (:func:`seed_band`), or, where
-    their ``x_key`` ranges do not overlap, each run's own curve (thin, the first one labelled). Returns
+    their ``x_key`` ranges overlap too little for a band, each run's own curve (thin, the first one labelled). Returns
     the number of lines drawn (0 while a run has nothing to draw)."""
     band = seed_band(members, x_key, y_key)
     if band is not None:
@@ -252,7 +256,8 @@ def returns_figure(groups):
     for i, (label, members) in enumerate(groups):
         column = envs.index(env_of(members[0]))
         for ax, x_key in zip(axes[:, column], ("env_steps", "wall_time_s")):
-            draw_group(ax, members, x_key, f"C{i % 10}", label)
+            if not draw_group(ax, members, x_key, f"C{i % 10}", label) and x_key == "env_steps":
+                ax.plot([], [], color=f"C{i % 10}", label=f"{label}: {NO_RETURN}")  # named in the legend all the same
     for column, env in enumerate(envs):
         top, bottom = axes[:, column]
         top.set(title=env, xlabel="env steps")
@@ -260,6 +265,9 @@ def returns_figure(groups):
         top.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
+            if not any(len(line.get_xdata()) for line in ax.lines):
+                ax.set(xticks=[], yticks=[])
+                ax.text(0.5, 0.5, NO_RETURN, ha="center", va="center", transform=ax.transAxes)
     axes[0, 0].set_ylabel("episode return (recent mean)")
     axes[1, 0].set_ylabel("episode return (recent mean)")
     handles, labels = [], []

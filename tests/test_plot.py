@@ -136,3 +136,35 @@ def test_kl_is_drawn_at_least_zero_without_negative_ticks(plotted):
     low, high = kl.get_ylim()
     shown = [t for t in kl.get_yticks() if low <= t <= high]
     assert shown and min(shown) == 0.0
+
+
+def test_seeds_sharing_a_sliver_of_wall_time_are_drawn_each_not_as_a_band():
+    """Seed 0 compiled for 8 s, seed 1 loaded its programs from the cache: their wall times share 0.6 s of 12 s,
+    where a band would average seed 1's start with seed 0's end; each seed gets its own curve there."""
+    from matplotlib.figure import Figure
+
+    steps = np.array([8.0, 16.0, 24.0])
+    slow = plot.RunLog("s0", {"env_steps": steps, "wall_time_s": np.array([8.0, 12.0, 14.0]),
+                              "return_mean": np.array([20.0, 400.0, 500.0])}, {"seed": 0})
+    fast = plot.RunLog("s1", {"env_steps": steps, "wall_time_s": np.array([2.0, 5.0, 8.6]),
+                              "return_mean": np.array([25.0, 380.0, 500.0])}, {"seed": 1})
+    assert plot.seed_band([slow, fast], "wall_time_s") is None and plot.seed_band([slow, fast], "env_steps")
+    ax_steps, ax_wall = Figure().subplots(1, 2)
+    assert plot.draw_group(ax_steps, [slow, fast], "env_steps", "C0", "g") == 1
+    assert plot.draw_group(ax_wall, [slow, fast], "wall_time_s", "C0", "g") == 2
+
+
+def test_a_run_without_a_finished_episode_is_named_and_its_panel_says_so(tmp_path):
+    """HalfCheetah's episodes last 1000 steps: a short run logs no return yet. Its panel says so and the
+    legend still names it; the other env's panel draws as usual."""
+    steps = np.array([2560.0, 5120.0])
+    runs = [plot.RunLog(str(tmp_path / "halfcheetah"), {"env_steps": steps, "wall_time_s": np.array([1.0, 2.0]),
+                                                        "return_mean": np.full(2, np.nan)},
+                        {"env": "envpool:HalfCheetah-v4", "seed": 0}),
+            plot.RunLog(str(tmp_path / "cartpole"), {"env_steps": steps, "wall_time_s": np.array([1.0, 2.0]),
+                                                     "return_mean": np.array([20.0, 40.0])},
+                        {"env": "gymnax:CartPole-v1", "seed": 0})]
+    fig = plot.returns_figure(plot.group_runs(runs))
+    cheetah, cartpole = fig.axes[:2]
+    assert [t.get_text() for t in cheetah.texts] == [plot.NO_RETURN] and not cartpole.texts
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"halfcheetah: {plot.NO_RETURN}", "cartpole"]
