@@ -276,8 +276,9 @@ def returns_figure(groups):
             handles.append(handle)
             labels.append(label)
     if handles:
-        fig.legend(handles, labels, loc="outside right upper", fontsize=8,
-                   title="line: mean over seeds; band: min-max", title_fontsize=8)
+        seeds = any(len(members) > 1 for _, members in groups)
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8, title_fontsize=8,
+                   title="line: mean over seeds; band: min-max" if seeds else None)
     return fig
 
 
@@ -295,10 +296,10 @@ def stage_seconds(run: RunLog) -> dict:
 
 def time_figure(runs: list[RunLog]):
     """The figure of ``time_breakdown.png``: one horizontal stacked bar of stage seconds per run (labelled by
-    its folder), wall time marked, the legend right of the bars."""
+    its folder), wall time marked, the legend below the bars."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 1.2 + 0.5 * len(runs)), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(11, 2.4 + 0.5 * len(runs)), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     names = [run.name for run in runs]
     left = np.zeros(len(runs))
@@ -314,7 +315,7 @@ def time_figure(runs: list[RunLog]):
     ax.scatter(walls, names, marker="|", s=400, color="black", label="wall time", zorder=3)
     ax.set(title="where the time went (cumulative seconds per stage; pipelined stages overlap)", xlabel="seconds")
     ax.invert_yaxis()
-    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="outside right upper")
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="outside lower center", ncols=4, markerscale=0.4)
     return fig
 
 
