@@ -19,20 +19,22 @@ run, ``plots/`` for several):
 
 Each figure has one legend, beside its panels (constrained layout fits it into the figure).
 
-Bad input (a missing folder, a folder without ``metrics.csv`` or with no row in it) exits with status 2
-and a one-line message.
+The command line is parsed as evaluate's and export's are (:class:`Args`, tyro). Bad input (an unknown flag, a
+missing folder, a folder without ``metrics.csv`` or with no row in it) exits with status 2 and a one-line
+message.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
 import os
 import re
 import sys
+from typing import Annotated, Optional
 
 import numpy as np
+import tyro
 
 from accerl_jax.checkpoint import RUN_CONTROL_FIELDS
 from accerl_jax.config import flag
@@ -392,18 +394,25 @@ def plot_runs(run_dirs: list[str], out: str | None = None) -> list[str]:
     return [plot_returns(group_runs(runs), out), plot_time(runs, out), plot_divergence(runs, out)]
 
 
+@dataclasses.dataclass
+class Args:
+    """Plot run folders' logs as PNG files: returns (a panel per env), time breakdown, actor divergence."""
+
+    run_dirs: Annotated[tyro.conf.Positional[list[str]], tyro.conf.arg(metavar="RUN_DIR", help_behavior_hint="(one or more)")]
+    """Run folders (each with metrics.csv; summary.json, once the run has finished, for its settings)."""
+    out: Annotated[Optional[str], tyro.conf.arg(metavar="DIR", help_behavior_hint=(
+        "(default: unset: the run folder for one run, 'plots' for several)"))] = None
+    """Output folder (created if missing)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m accerl_jax.plot",
-        description="Plot learning curves (runs differing only by seed as mean and min-max spread), where the "
-                    "time went, and the actor's divergence, from run folders' metrics.csv, as PNG files.")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (each with metrics.csv)")
-    parser.add_argument("--out", default=None, help="output folder (default: the run folder for one run, "
-                                                    "'plots' for several)")
-    args = parser.parse_args(argv)
+    from accerl_jax import cli
+    from accerl_jax.config import ConfigError
+
     try:
+        args = cli.parse_args(Args, argv, "python -m accerl_jax.plot")
         paths = plot_runs(args.run_dirs, args.out)
-    except PlotError as err:
+    except (ConfigError, PlotError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for path in paths:

@@ -168,3 +168,13 @@ def test_a_run_without_a_finished_episode_is_named_and_its_panel_says_so(tmp_pat
     cheetah, cartpole = fig.axes[:2]
     assert [t.get_text() for t in cheetah.texts] == [plot.NO_RETURN] and not cartpole.texts
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"halfcheetah: {plot.NO_RETURN}", "cartpole"]
+
+
+def test_the_command_line_parses_like_evaluates_and_refuses_an_unknown_flag_in_one_line(folders, tmp_path, capsys):
+    assert plot.main(["--outt", str(tmp_path), folders[0]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--outt" in err and "--out" in err
+    assert plot.main([]) == 2 and "no RUN_DIR given" in capsys.readouterr().err
+    assert plot.main([folders[5], folders[6], "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "o" / name) for name in
+                                               ("returns.png", "time_breakdown.png", "divergence.png")]
