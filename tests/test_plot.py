@@ -178,3 +178,13 @@ def test_the_command_line_parses_like_evaluates_and_refuses_an_unknown_flag_in_o
     assert plot.main([folders[5], folders[6], "--out", str(tmp_path / "o")]) == 0
     assert capsys.readouterr().out.split() == [str(tmp_path / "o" / name) for name in
                                                ("returns.png", "time_breakdown.png", "divergence.png")]
+
+
+def test_a_run_without_summary_yet_is_labelled_by_its_folder_in_a_panel_of_its_own(tmp_path):
+    steps = np.array([2560.0, 5120.0])
+    columns = {"env_steps": steps, "wall_time_s": np.array([1.0, 2.0]), "return_mean": np.array([20.0, 40.0])}
+    runs = [plot.RunLog(str(tmp_path / "running"), columns, None),
+            plot.RunLog(str(tmp_path / "done"), columns, {"env": "gymnax:CartPole-v1", "seed": 0})]
+    assert [label for label, _ in plot.group_runs(runs)] == ["running", "done"]
+    fig = plot.returns_figure(plot.group_runs(runs))
+    assert [ax.get_title() for ax in fig.axes[:2]] == [plot.UNKNOWN_ENV, "gymnax:CartPole-v1"]
