@@ -345,7 +345,7 @@ def test_plot_two_runs_grouped_over_seeds(runs, tmp_path):
         json.dump(summary, f)
     runs3 = [plot.load_run(str(p)) for p in (root / "s0", other, root / "s1")]
     labels = [label for label, _ in plot.group_runs(runs3)]
-    assert labels == ["compressor=distill:small (2 seeds)", "compressor=none"]
+    assert labels == ["--compressor distill:small (2 seeds)", "--compressor none"]
     # The seed band: mean and min-max of the two seeds' returns at their common env steps.
     x, mean, lo, hi = plot.seed_band(runs3[::2], "env_steps")
     r0, r1 = (runs3[i].get("return_mean") for i in (0, 2))
