@@ -438,3 +438,16 @@ def test_a_nonfinite_episode_return_is_counted_apart_not_averaged(tmp_path):
     assert monitor.return_mean == 4.0 and monitor.length_mean == 2.0
     assert monitor.state_dict()["episodes_nonfinite"] == 2
     monitor.close()
+
+
+def test_curves_draw_the_kl_from_zero_even_when_rounding_puts_it_below():
+    """KL(π ‖ μ) ≥ 0; float32 rounding can log two equal policies' KL a few 1e-9 below 0, which a symlog
+    axis drew with negative ticks."""
+    from accerl_jax.monitor.plots import curves_figure
+
+    rows = [{"env_steps": 256 * (i + 1), "return_mean": 10.0 + i, "time_fused_wait_s": 0.1 * i,
+             "kl_learner_actor": kl} for i, kl in enumerate([-2.9e-9, 0.0, 3e-4, float("nan"), 1e-2])]
+    kl_axes = curves_figure(rows, "t").axes[2]
+    kl_axes.figure.canvas.draw()
+    assert kl_axes.get_ylim()[0] == 0.0
+    assert min(t for t in kl_axes.get_yticks() if kl_axes.get_ylim()[0] <= t <= kl_axes.get_ylim()[1]) >= 0

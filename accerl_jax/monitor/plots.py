@@ -13,6 +13,13 @@ def plot_curves(rows: list[dict], title: str, path: str) -> str | None:
     """Write the curves of the logged ``rows`` to ``path`` (a PNG); returns ``path`` (None for no rows)."""
     if not rows:
         return None
+    curves_figure(rows, title).savefig(path, dpi=80)
+    return path
+
+
+def curves_figure(rows: list[dict], title: str):
+    """The matplotlib ``Figure`` of ``curves.png`` for the logged ``rows`` (at least one): return, stage
+    times and KL(π_learner ‖ π_actor) against env steps."""
     # A Figure of its own, without pyplot (whose import and teardown would add to every run's end;
     # savefig renders with the Agg canvas either way).
     from matplotlib.figure import Figure
@@ -32,13 +39,15 @@ def plot_curves(rows: list[dict], title: str, path: str) -> str | None:
     if axes[1].get_legend_handles_labels()[0]:
         axes[1].legend()
     if "kl_learner_actor" in rows[0]:
-        axes[2].plot(steps, [r["kl_learner_actor"] for r in rows])
+        # At least 0 (as accerl_jax.plot draws it): float32 rounding can put the KL of two equal policies a
+        # few 1e-9 below 0, which symlog would draw with negative ticks.
+        axes[2].plot(steps, [max(r["kl_learner_actor"], 0.0) for r in rows])  # NaN stays NaN
         axes[2].set_yscale("symlog", linthresh=1e-6)
+        axes[2].set_ylim(bottom=0.0)
     axes[2].set(title="KL(π_learner ‖ π_actor)", xlabel="env steps")
     for ax in axes:
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000: labels that do not collide
     fig.suptitle(title)
     # Fixed margins: tight_layout measures every tick label first, about half the plot's time.
     fig.subplots_adjust(left=0.05, right=0.98, bottom=0.14, top=0.84, wspace=0.22)
-    fig.savefig(path, dpi=80)
-    return path
+    return fig
