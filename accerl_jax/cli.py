@@ -21,6 +21,14 @@ import tyro
 
 from accerl_jax.config import Config, ConfigError, common_name, flag
 
+# evaluate's and export's --policy. One default for both: the run's actor, the policy that played its episodes,
+# that its summary reports and that a deployment runs (with --compressor none, the learner's own parameters).
+POLICIES = ("actor", "learner")
+DEFAULT_POLICY = "actor"
+POLICY_HELP = ("'actor' (the default, in evaluate and export alike: the run's compressed actor as it ran, the policy "
+               "its returns and summary describe and a deployment runs) or 'learner' (the full-size learner's "
+               "policy; the only one of a --compressor auto run)")
+
 # (group, title, Config fields), in the order --help shows them. Every Config field is in exactly one.
 GROUPS = (
     ("common", "the run: what to train, how long, where the outputs go", (

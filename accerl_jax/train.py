@@ -112,6 +112,20 @@ def _report(summary: dict) -> None:
               f"{summary['logdir']}; plot with: {plot_command(summary)}")
 
 
+def diverged_message(summary: dict) -> str:
+    """The one-line error of a diverged run: its cause, its last good checkpoint and what to try. ``--on-nan
+    skip`` is offered only to a run that skipped no update; one that did is told that skipping did not help."""
+    kept = summary["last_checkpoint"] or "none saved yet"
+    skipped = summary.get("skipped_updates") or 0
+    remedy = "a lower --learning-rate, smaller loss coefficients or --distill-learning-rate"
+    if skipped:
+        advice = (f"Skipping did not help ({skipped:,} update{'s' if skipped != 1 else ''} skipped under --on-nan "
+                  f"skip): try {remedy}")
+    else:
+        advice = f"Try {remedy}, or --on-nan skip"
+    return f"error: training diverged: {summary['stop_reason']}; last good checkpoint: {kept}. {advice}"
+
+
 def _exit_status(summary: dict) -> int:
     """0 for a finished run; 130/143 (with how to resume) for an interrupted one, 1 for a diverged one."""
     if summary["stopped"] == "interrupted":
@@ -124,10 +138,7 @@ def _exit_status(summary: dict) -> int:
                   f"{summary['logdir']}", file=sys.stderr)
         return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":
-        kept = summary["last_checkpoint"] or "none saved yet"
-        print(f"error: training diverged: {summary['stop_reason']}; last good checkpoint: {kept}. Try a lower "
-              "--learning-rate, smaller loss coefficients or --distill-learning-rate, or --on-nan skip",
-              file=sys.stderr)
+        print(diverged_message(summary), file=sys.stderr)
         return 1
     return 0
 
