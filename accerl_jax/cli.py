@@ -29,6 +29,29 @@ POLICY_HELP = ("'actor' (the default, in evaluate and export alike: the run's co
                "its returns and summary describe and a deployment runs) or 'learner' (the full-size learner's "
                "policy; the only one of a --compressor auto run)")
 
+def run_folder(path: str) -> str:
+    """The run folder a user meant by ``path``: ``RUN`` for ``RUN/checkpoints`` (the folder of its
+    checkpoints, given for the run), else ``path`` as given. Plain file checks: no JAX."""
+    import os
+
+    trimmed = os.path.normpath(path) if path.strip() else path
+    if (os.path.basename(trimmed) == "checkpoints" and os.path.isdir(trimmed)
+            and not os.path.isdir(os.path.join(trimmed, "checkpoints"))):
+        return os.path.dirname(trimmed) or "."
+    return path
+
+
+def resume_run_folder(argv: list[str]) -> list[str]:
+    """``argv`` with ``--resume RUN/checkpoints`` (or ``--resume=...``) read as ``--resume RUN`` (:func:`run_folder`)."""
+    out = list(argv)
+    for i, token in enumerate(out):
+        if token == "--resume" and i + 1 < len(out):
+            out[i + 1] = run_folder(out[i + 1])
+        elif token.startswith("--resume="):
+            out[i] = "--resume=" + run_folder(token.split("=", 1)[1])
+    return out
+
+
 # (group, title, Config fields), in the order --help shows them. Every Config field is in exactly one.
 GROUPS = (
     ("common", "the run: what to train, how long, where the outputs go", (

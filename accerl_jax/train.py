@@ -33,6 +33,7 @@ def parse_config(argv: list[str]) -> Config:
       ConfigError: an unknown flag, an unknown preset or a bad settings file.
     """
     cli.check_flags(argv)  # before --config or --resume are read: an unknown flag is named first
+    argv = cli.resume_run_folder(argv)  # --resume RUN/checkpoints: the run RUN
     return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 

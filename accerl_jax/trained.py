@@ -21,7 +21,7 @@ import numpy as np
 from accerl_jax import checkpoint, networks
 from accerl_jax import plan as plan_lib
 from accerl_jax.actor import sample_from
-from accerl_jax.cli import DEFAULT_POLICY, POLICIES
+from accerl_jax.cli import DEFAULT_POLICY, POLICIES, run_folder
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
@@ -81,7 +81,8 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     """Read a run folder's checkpoint into a :class:`Trained` policy; writes nothing.
 
     Args:
-      run_dir: the run folder (``--logdir`` of training) or one of its ``checkpoints/<update>`` folders.
+      run_dir: the run folder (``--logdir`` of training), its ``checkpoints`` folder, or one of its
+        ``checkpoints/<update>`` folders.
       policy: ``"learner"`` or ``"actor"`` (the run's compressed actor).
       step: the checkpoint's update (default: the latest, or the one ``run_dir`` names).
       num_envs: environments of the fresh env adapter (default: the run's ``--num-envs``).
@@ -97,7 +98,7 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     """
     if policy not in POLICIES:
         raise ConfigError(f"bad --policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    point = checkpoint.find_checkpoint(run_dir, WHAT)
+    point = checkpoint.find_checkpoint(run_folder(run_dir), WHAT)
     if step is not None and step != point.step:
         point = checkpoint.find_checkpoint(_checkpoint_path(point, step, run_dir), WHAT)
     cfg = saved_config(point)

@@ -454,3 +454,18 @@ def test_evaluate_and_export_default_to_the_same_policy(capsys):
             module.main(["--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "'actor' (the default, in evaluate and export alike" in text
+
+
+def test_a_runs_checkpoints_folder_is_read_as_the_run(real_run, capsys):
+    """``--resume RUN/checkpoints`` and ``evaluate RUN/checkpoints`` mean the run RUN (not "no checkpoints/
+    folder there"); a folder merely named checkpoints that holds its own checkpoints/ is left as given."""
+    from accerl_jax import cli
+    from accerl_jax import train as train_cli
+
+    given = os.path.join(str(real_run), "checkpoints")
+    cfg = train_cli.parse_config(["--resume", given + os.sep, "--total-steps", "24"])
+    assert os.path.samefile(cfg.resume, real_run) and cfg.total_steps == 24
+    assert os.path.samefile(train_cli.parse_config([f"--resume={given}"]).resume, real_run)
+    assert trained.load(given, policy="learner", num_envs=1).step == 2
+    assert cli.run_folder(str(real_run)) == str(real_run)
+    assert cli.run_folder(os.path.join(given, "2")) == os.path.join(given, "2")
