@@ -49,6 +49,30 @@ def out_of_memory(err: BaseException) -> str | None:
             "checkpoint: --resume continues it)")
 
 
+def resume_line(cfg: Config) -> str | None:
+    """The line a ``--resume`` prints before its first log block: the run folder, the checkpoint it continues
+    from (update and env step) and the budget it continues to; None for a new run, for a multi-host process
+    other than 0, and for a resume that training will refuse (its budget already done, or no checkpoint:
+    the refusal is the one line then). Plain file reads (:func:`accerl_jax.checkpoint.find_checkpoint`)."""
+    if cfg.resume is None or (cfg.process_id or 0) != 0:
+        return None
+    from accerl_jax import checkpoint
+
+    try:
+        point = checkpoint.find_checkpoint(cfg.resume, "--resume", latest_only=True)
+    except ConfigError:
+        return None
+    extra = point.meta.get("extra", {})
+    completed = int(extra.get("completed", point.step))
+    per_update = cfg.num_envs * cfg.rollout_length * (cfg.num_processes or 1)
+    if completed >= cfg.total_steps // per_update:
+        return None
+    steps = (extra.get("monitor") or {}).get("env_steps")
+    at = f", env step {int(steps):,}" if steps is not None else ""
+    return (f"resuming {point.logdir} from checkpoint {point.step} (update {completed:,}{at}); continuing to "
+            f"--total-steps {cfg.total_steps:,} (update {cfg.total_steps // per_update:,})")
+
+
 def _stdout_closed() -> None:
     """The reader of stdout went away (``--help | head``): send the rest of it nowhere, so that neither
     this print nor the interpreter's final flush raises (Python's advice for SIGPIPE, docs of ``signal``)."""
@@ -74,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from accerl_jax.loop import train  # heavy imports after --help has been served
 
+    line = resume_line(cfg)
+    if line is not None:
+        print(line, flush=True)
     try:
         summary = train(cfg)
     except ConfigError as err:

@@ -469,3 +469,15 @@ def test_a_runs_checkpoints_folder_is_read_as_the_run(real_run, capsys):
     assert trained.load(given, policy="learner", num_envs=1).step == 2
     assert cli.run_folder(str(real_run)) == str(real_run)
     assert cli.run_folder(os.path.join(given, "2")) == os.path.join(given, "2")
+
+
+def test_a_resumed_run_says_where_it_continues_from(real_run):
+    """One line before the first log block: the checkpoint (update, env step) and the budget it continues to;
+    nothing for a new run or for a resume that training refuses (its budget done)."""
+    from accerl_jax import train as train_cli
+
+    cfg = train_cli.parse_config(["--resume", str(real_run), "--total-steps", "24"])
+    assert train_cli.resume_line(cfg) == (f"resuming {real_run} from checkpoint 2 (update 2, env step 16); "
+                                          "continuing to --total-steps 24 (update 3)")
+    assert train_cli.resume_line(train_cli.parse_config(["--resume", str(real_run)])) is None  # already done
+    assert train_cli.resume_line(train_cli.parse_config(["--seed", "3"])) is None
