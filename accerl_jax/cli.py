@@ -29,6 +29,7 @@ POLICY_HELP = ("'actor' (the default, in evaluate and export alike: the run's co
                "its returns and summary describe and a deployment runs) or 'learner' (the full-size learner's "
                "policy; the only one of a --compressor auto run)")
 
+
 def run_folder(path: str) -> str:
     """The run folder a user meant by ``path``: ``RUN`` for ``RUN/checkpoints`` (the folder of its
     checkpoints, given for the run), else ``path`` as given. Plain file checks: no JAX."""
