@@ -159,10 +159,10 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
 
 
 def _extend_episode(frames: list, obs0, next_obs, valid, done) -> bool:
-    """Append one chunk's ``[T]`` steps of one env (numpy ``next_obs [T, *obs_shape]``, bool ``valid [T]``,
-    ``done [T]``) to ``frames`` (its first observation ``obs0`` when
-    ``frames`` is empty; then each valid step's next observation) up to and including the first step
-    that ends the episode; returns whether one did."""
+    """Append one chunk's ``T`` steps of one env (numpy ``next_obs [T, *obs_shape]``, bool ``valid [T]`` and
+    ``done [T]``) to ``frames``: its first observation ``obs0`` when ``frames`` is empty, then each valid
+    step's next observation, up to and including the first step that ends the episode; returns whether
+    one did."""
     import numpy as np
 
     if not frames:
