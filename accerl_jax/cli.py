@@ -21,6 +21,38 @@ import tyro
 
 from accerl_jax.config import Config, ConfigError, common_name, flag
 
+# evaluate's and export's --policy. One default for both: the run's actor, the policy that played its episodes,
+# that its summary reports and that a deployment runs (with --compressor none, the learner's own parameters).
+POLICIES = ("actor", "learner")
+DEFAULT_POLICY = "actor"
+POLICY_HELP = ("'actor' (the default, in evaluate and export alike: the run's compressed actor as it ran, the policy "
+               "its returns and summary describe and a deployment runs) or 'learner' (the full-size learner's "
+               "policy; the only one of a --compressor auto run)")
+
+
+def run_folder(path: str) -> str:
+    """The run folder a user meant by ``path``: ``RUN`` for ``RUN/checkpoints`` (the folder of its
+    checkpoints, given for the run), else ``path`` as given. Plain file checks: no JAX."""
+    import os
+
+    trimmed = os.path.normpath(path) if path.strip() else path
+    if (os.path.basename(trimmed) == "checkpoints" and os.path.isdir(trimmed)
+            and not os.path.isdir(os.path.join(trimmed, "checkpoints"))):
+        return os.path.dirname(trimmed) or "."
+    return path
+
+
+def resume_run_folder(argv: list[str]) -> list[str]:
+    """``argv`` with ``--resume RUN/checkpoints`` (or ``--resume=...``) read as ``--resume RUN`` (:func:`run_folder`)."""
+    out = list(argv)
+    for i, token in enumerate(out):
+        if token == "--resume" and i + 1 < len(out):
+            out[i + 1] = run_folder(out[i + 1])
+        elif token.startswith("--resume="):
+            out[i] = "--resume=" + run_folder(token.split("=", 1)[1])
+    return out
+
+
 # (group, title, Config fields), in the order --help shows them. Every Config field is in exactly one.
 GROUPS = (
     ("common", "the run: what to train, how long, where the outputs go", (
@@ -126,11 +158,47 @@ def _normal(token: str) -> str:
     return name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
+# Flags of other frameworks (CleanRL's Args, cleanba's, PureJaxRL's config keys, ...) whose meaning is
+# reached another way here than by one of our training flags (those are config.COMMON_NAMES): name (lower
+# case, underscores) -> our way, in words.
+_EVALUATE_VIDEO = "after training, python -m accerl_jax.evaluate RUN_DIR --video episode.gif (or .mp4)"
+_EXPORT = ("checkpoints are saved in <logdir>/checkpoints (--checkpoint-every, --keep-checkpoints); a deployable "
+           "policy: python -m accerl_jax.export RUN_DIR --out DIR")
+OTHER_WAYS = {
+    "capture_video": _EVALUATE_VIDEO, "video": _EVALUATE_VIDEO, "record_video": _EVALUATE_VIDEO,
+    "render": _EVALUATE_VIDEO, "render_mode": _EVALUATE_VIDEO, "save_video": _EVALUATE_VIDEO,
+    "save_model": _EXPORT, "save_path": _EXPORT, "upload_model": _EXPORT + " (no upload to a model hub)",
+    "hf_entity": _EXPORT + " (no upload to a model hub)",
+    "exp_name": "--logdir runs/NAME (the run folder names the run)",
+    "run_name": "--logdir runs/NAME (the run folder names the run)",
+    "torch_deterministic": "no such switch: randomness follows --seed through JAX's PRNG",
+    "cuda": "nothing to set: JAX uses an accelerator when one is installed; JAX_PLATFORMS=cpu keeps to the CPU",
+    "eval_freq": "the run logs its own episodes' return every --log-every updates; after training, "
+                 "python -m accerl_jax.evaluate RUN_DIR --episodes N",
+    "eval_episodes": "after training, python -m accerl_jax.evaluate RUN_DIR --episodes N",
+    "save_freq": "--checkpoint-every (in updates)", "checkpoint_freq": "--checkpoint-every (in updates)",
+    "log_freq": "--log-every (in updates)", "log_interval": "--log-every (in updates)",
+    "clip_eps": "--ppo-clip", "num_actor_threads": "--actor-threads (--loop sebulba)",
+    "local_num_envs": "--num-envs (this process's environments)",
+    "distributed": "--coordinator-address, --num-processes and --process-id (one process per host)",
+    "resume_from": "--resume RUN_DIR", "load_model": "--resume RUN_DIR",
+    "batch_size": "--num-envs x --rollout-length (the learner's batch); --minibatches splits it",
+    "minibatch_size": "--minibatches (the number of minibatches of the --num-envs x --rollout-length batch)",
+    "wandb_entity": "WANDB_ENTITY in the environment (W&B reads it); --wandb-project names the project",
+    "wandb_mode": "WANDB_MODE in the environment (W&B reads it), with --wandb",
+}
+
+
+def other_way(name: str) -> str | None:
+    """How a flag of another framework (``--capture-video``) is done here (:data:`OTHER_WAYS`), or None."""
+    return OTHER_WAYS.get(name.lstrip("-").replace("-", "_").lower())
+
+
 def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.train") -> None:
     """Refuse an unknown flag in ``argv`` (a command line of dataclass ``cls``, default: training's) with one
-    line that suggests ours: for training, the field another framework's name means (``--lr`` ->
-    ``--learning-rate``, ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`); else the
-    closest spelling.
+    line that suggests ours: for training, how another framework's flag is done here (``--capture-video`` ->
+    ``evaluate --video``; :data:`OTHER_WAYS`) or the field its name means (``--lr`` -> ``--learning-rate``,
+    ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`); else the closest spelling.
 
     Nothing is checked when ``argv`` asks for ``--help``.
 
@@ -146,6 +214,9 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
         if not token.startswith("-") or _normal(token) in known or _is_number(token):
             continue
         name = token.split("=", 1)[0]
+        way = other_way(name) if cls is Config else None
+        if way is not None:  # another framework's flag with no flag of ours: how it is done here
+            raise ConfigError(f"unknown flag {name}; here: {way}. {prog} --help lists every flag")
         # another framework's name: ours for it, else the closest spellings
         ours = common_name(name) if cls is Config else None
         close = [flag(ours)] if ours else difflib.get_close_matches(_normal(name), sorted(known - {"-h"}), n=2)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m accerl_jax.evaluate RUN_DIR [--episodes N] [--policy learner|actor] [--greedy]
+"""Command line: ``python -m accerl_jax.evaluate RUN_DIR [--episodes N] [--policy actor|learner] [--greedy]
 [--num-envs B] [--seed S] [--video PATH] [--step K]``; ``--help`` lists all flags.
 
 Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.trained`) on fresh environments of the
@@ -35,16 +35,16 @@ class Args:
     """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
     episodes: int = 100
     """Whole episodes to play (over all environments)."""
-    policy: str = "learner"
-    """'learner' (the learner's policy) or 'actor' (the run's compressed actor, as it ran)."""
+    policy: Annotated[str, tyro.conf.arg(help=cli.POLICY_HELP)] = cli.DEFAULT_POLICY
     greedy: bool = False
     """Take the most likely action (continuous: the mean) instead of sampling as the actor does."""
     num_envs: int = 16
     """Environments stepped together."""
     seed: int = 1
-    """Seed of the fresh environments and of the action sampling."""
+    """Seed of the fresh environments and of the action sampling; evaluation's own seeds and keys, disjoint
+    from those of every training run (whatever its --seed)."""
     video: Annotated[Optional[str], tyro.conf.arg(metavar="FILE", help_behavior_hint="(default: unset: no video)")] = None
-    """Also write one episode (on one more fresh env, seeded with --seed) as an animated .gif or .mp4 here."""
+    """Also write one of the evaluated episodes (env 0's first) as an animated .gif or .mp4 here."""
     step: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the latest)")] = None
     """Evaluate checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
     seed_index: int = 0
@@ -59,7 +59,7 @@ def check_args(args: Args) -> None:
     Raises:
       ConfigError: naming the bad flag and value and what is accepted.
     """
-    from accerl_jax.trained import POLICIES
+    from accerl_jax.seeds import eval_envpool_seed
     from accerl_jax.video import check_video_path
 
     if not 0 < args.episodes <= 10_000_000:
@@ -68,8 +68,12 @@ def check_args(args: Args) -> None:
         raise ConfigError(f"bad --num-envs {args.num_envs}; expected an integer in [1, 65536]")
     if not 0 <= args.seed < 2**31:
         raise ConfigError(f"bad --seed {args.seed}; expected an integer in [0, 2^31)")
-    if args.policy not in POLICIES:
-        raise ConfigError(f"bad --policy {args.policy!r}; expected one of {', '.join(POLICIES)}")
+    try:
+        eval_envpool_seed(args.seed, args.num_envs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if args.policy not in cli.POLICIES:
+        raise ConfigError(f"bad --policy {args.policy!r}; expected one of {', '.join(cli.POLICIES)}")
     if args.step is not None and args.step < 0:
         raise ConfigError(f"bad --step {args.step}; expected a checkpoint's update (an integer >= 0)")
     if args.video is not None:
@@ -81,13 +85,16 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
-      [<= DIVERGENCE_OBS, *obs_shape] numpy array of visited observations}``; episodes in the order they
-      finished.
+      [<= DIVERGENCE_OBS, *obs_shape] numpy array of visited observations, "first_episode": [L + 1,
+      *obs_shape] numpy array}``; episodes in the order they finished. ``first_episode`` holds the
+      observations of env 0's first episode (one of those counted), from its first to its final one: what
+      ``--video`` shows, recorded by the same program, so that a video costs no compilation of its own.
     """
     import jax
     import jax.numpy as jnp
     import numpy as np
 
+    from accerl_jax.seeds import EvalUse, eval_key
     from accerl_jax.trained import make_forward
 
     env, info = trained.env, trained.info
@@ -104,11 +111,11 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
         key, sub = jax.random.split(key)
         env_state, tr = env.step(env_state, act(obs, sub))
         done = jnp.logical_and(jnp.logical_or(tr.terminated, tr.truncated), tr.valid)
-        return (env_state, tr.obs, key), (obs, done, tr.episode_return, tr.episode_length)
+        return (env_state, tr.obs, key), (obs, done, tr.episode_return, tr.episode_length, tr.next_obs[0], tr.valid[0])
 
     if info.jittable:
         chunk = jax.jit(lambda c: jax.lax.scan(lambda c, _: one(c), c, None, length=CHUNK))
-        env_state, obs = jax.jit(env.reset)(jax.random.PRNGKey(seed))
+        env_state, obs = jax.jit(env.reset)(eval_key(seed, EvalUse.EPISODES_RESET))
     else:
         step_policy = jax.jit(act)
 
@@ -117,18 +124,23 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
             key, sub = jax.random.split(key)
             env_state, tr = env.step(env_state, np.asarray(step_policy(obs, sub)))
             done = np.logical_and(np.logical_or(tr.terminated, tr.truncated), tr.valid)
-            out = (np.asarray(obs), done, np.asarray(tr.episode_return), np.asarray(tr.episode_length))
+            out = (np.asarray(obs), done, np.asarray(tr.episode_return), np.asarray(tr.episode_length),
+                   np.asarray(tr.next_obs[0]), np.asarray(tr.valid[0]))
             return (env_state, tr.obs, key), jax.tree.map(lambda x: x[None], out)
 
-        env_state, obs = env.reset(jax.random.PRNGKey(seed))
-    carry = (env_state, obs, jax.random.fold_in(jax.random.PRNGKey(seed), 1))
+        env_state, obs = env.reset(eval_key(seed, EvalUse.EPISODES_RESET))
+    carry = (env_state, obs, eval_key(seed, EvalUse.EPISODES_ACTIONS))
     counts = np.zeros(b, np.int64)
     returns, lengths, seen = [], [], []
+    first, first_done = [], False  # env 0's first episode
     bar = _progress_bar(episodes) if progress else None
     try:
         while (counts < quota).any():
-            carry, (obs_t, done, ret, length) = chunk(carry)
+            carry, (obs_t, done, ret, length, next0, valid0) = chunk(carry)
             done, ret, length = np.asarray(done), np.asarray(ret), np.asarray(length)
+            if not first_done:
+                first_done = _extend_episode(first, np.asarray(obs_t[0, 0]), np.asarray(next0), np.asarray(valid0),
+                                             done[:, 0])
             if sum(len(o) for o in seen) < DIVERGENCE_OBS:
                 seen.append(np.asarray(obs_t).reshape((-1,) + tuple(info.obs_shape)))
             for t, i in zip(*np.nonzero(done)):  # time-major: in the order the episodes ended
@@ -142,7 +154,24 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     finally:
         if bar is not None:
             bar[0].stop()
-    return {"returns": returns, "lengths": lengths, "obs": np.concatenate(seen)[:DIVERGENCE_OBS]}
+    return {"returns": returns, "lengths": lengths, "obs": np.concatenate(seen)[:DIVERGENCE_OBS],
+            "first_episode": np.stack(first)}
+
+
+def _extend_episode(frames: list, obs0, next_obs, valid, done) -> bool:
+    """Append one chunk's ``T`` steps of one env (numpy ``next_obs [T, *obs_shape]``, bool ``valid [T]`` and
+    ``done [T]``) to ``frames``: its first observation ``obs0`` when ``frames`` is empty, then each valid
+    step's next observation, up to and including the first step that ends the episode; returns whether
+    one did."""
+    import numpy as np
+
+    if not frames:
+        frames.append(obs0)
+    for t in np.flatnonzero(valid):  # an invalid step (envpool's reset step) shows nothing
+        frames.append(next_obs[t])
+        if done[t]:
+            return True
+    return False
 
 
 def _progress_bar(total: int):
@@ -201,10 +230,10 @@ def evaluate(args: Args) -> dict:
         record["run_kl_learner_actor"] = summary.get("kl_learner_actor")
         record["run_action_agreement"] = summary.get("action_agreement")
     if args.video is not None:
-        from accerl_jax.video import record_episode, write_video
+        from accerl_jax.video import write_video
 
-        frames = record_episode(trained, greedy=args.greedy, seed=args.seed)
-        write_video(frames, trained.info, args.video)
+        frames = played["first_episode"]
+        write_video(frames, trained.info, args.video, progress=args.progress)
         record["video"] = args.video
         record["video_frames"] = len(frames)
     monitor.atomic_write(out_path, json.dumps(record, indent=2) + "\n")

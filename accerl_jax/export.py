@@ -10,7 +10,7 @@ Writes a trained policy (:mod:`accerl_jax.trained`) as a program that runs witho
   (continuous: ``action`` and ``greedy_action`` float32 ``[b, D]``, clipped to the action space's bounds;
   ``policy_out`` unclipped);
 * ``DIR/policy.json``: what a user needs to run it (observation shape and dtype, action space, the run's
-  env and compressor spec), its parameter count and bytes and program size beside the learner's (the
+  env and compressor spec, the run folder as a path relative to ``DIR``), its parameter count and bytes and program size beside the learner's (the
   learner's forward is exported the same way to measure it), and KL(π_learner ‖ π) and greedy-action
   agreement on held observations (visited by the learner's policy on fresh envs).
 
@@ -43,12 +43,12 @@ class Args:
     """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
     out: str
     """Folder to write policy.jax and policy.json into (created if missing)."""
-    policy: str = "actor"
-    """'actor' (the run's compressed actor, as it ran) or 'learner' (the learner's policy)."""
+    policy: Annotated[str, tyro.conf.arg(help=cli.POLICY_HELP)] = cli.DEFAULT_POLICY
     step: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the latest)")] = None
     """Export checkpoint <RUN_DIR>/checkpoints/<step> instead of the latest."""
     seed: int = 1
-    """Seed of the fresh envs whose observations the KL/agreement are measured on."""
+    """Seed of the fresh envs whose observations the KL/agreement are measured on (evaluation's seeds, disjoint
+    from every training run's)."""
     seed_index: int = 0
     """For a --num-seeds run: which of its seeds (0-based)."""
 
@@ -73,18 +73,19 @@ def check_out(out: str) -> None:
 def held_observations(trained, seed: int):
     """``(obs, learner_out)``: ``[HELD_ENVS * HELD_STEPS, *obs_shape]`` observations visited by
     ``trained``'s learner policy on fresh envs of its env id (sampled actions), and the learner's policy
-    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``."""
+    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``. ``seed``: evaluation's (:mod:`accerl_jax.seeds`)."""
     import jax
     import numpy as np
 
     from accerl_jax.envs import make_env
+    from accerl_jax.seeds import EvalUse, eval_envpool_seed, eval_key
     from accerl_jax.trained import make_forward
 
-    env = make_env(trained.cfg.env, HELD_ENVS, seed)
+    env = make_env(trained.cfg.env, HELD_ENVS, eval_envpool_seed(seed, HELD_ENVS))
     forward = jax.jit(make_forward(trained.learner_apply, trained.learner_params, env.info))
     step = jax.jit(env.step) if env.info.jittable else env.step
-    env_state, obs = (jax.jit(env.reset) if env.info.jittable else env.reset)(jax.random.PRNGKey(seed))
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), 3)
+    env_state, obs = (jax.jit(env.reset) if env.info.jittable else env.reset)(eval_key(seed, EvalUse.HELD_RESET))
+    key = eval_key(seed, EvalUse.HELD_ACTIONS)
     seen, outs = [], []
     for _ in range(HELD_STEPS):
         key, sub = jax.random.split(key)
@@ -133,6 +134,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
 
     from accerl_jax import monitor, networks
     from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
+    from accerl_jax.seeds import EvalUse, eval_key
     from accerl_jax.trained import make_forward
 
     info = trained.info
@@ -140,7 +142,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
     learner_program = export_program(trained.learner_apply, trained.learner_params, info)
     held, learner_out = held_observations(trained, seed)
     # The deserialized program against the framework's forward on the held observations, one key.
-    key = jax.random.PRNGKey(seed)
+    key = eval_key(seed, EvalUse.EXPORT_CHECK)
     exported = jax.export.deserialize(bytearray(program)).call(held, key)
     framework = jax.jit(make_forward(trained.apply, trained.params, info))(held, key)
     measure = gaussian_policy_divergence if info.continuous else policy_divergence
@@ -165,7 +167,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
         "policy": trained.policy,
         "compressor": trained.cfg.compressor if trained.policy == "actor" else "none",
         "run_compressor": trained.cfg.compressor,
-        "run_dir": trained.run_dir,
+        "run_dir": _relative(trained.run_dir, out),  # from policy.json's folder: the pair moves together
         "checkpoint_update": trained.step,
         "param_count": networks.param_count(trained.params),
         "param_bytes": networks.param_bytes(trained.params),
@@ -189,6 +191,15 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
     monitor.atomic_write(os.path.join(out, PROGRAM_FILE), program)
     monitor.atomic_write(os.path.join(out, SPEC_FILE), (json.dumps(record, indent=2) + "\n").encode())
     return record
+
+
+def _relative(path: str, start: str) -> str:
+    """``path`` relative to the folder ``start`` (POSIX separators), or absolute where no relative path
+    exists (another drive)."""
+    try:
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(start)).replace(os.sep, "/")
+    except ValueError:
+        return os.path.abspath(path)
 
 
 def main(argv: list[str] | None = None) -> int:

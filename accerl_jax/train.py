@@ -33,6 +33,7 @@ def parse_config(argv: list[str]) -> Config:
       ConfigError: an unknown flag, an unknown preset or a bad settings file.
     """
     cli.check_flags(argv)  # before --config or --resume are read: an unknown flag is named first
+    argv = cli.resume_run_folder(argv)  # --resume RUN/checkpoints: the run RUN
     return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
 
 
@@ -46,6 +47,30 @@ def out_of_memory(err: BaseException) -> str | None:
     return (f"out of memory ({line.rstrip('.')}): the run's arrays grow with --num-envs x --rollout-length and "
             "with --hidden-sizes; give smaller values (a run stopped after its first update kept its last "
             "checkpoint: --resume continues it)")
+
+
+def resume_line(cfg: Config) -> str | None:
+    """The line a ``--resume`` prints before its first log block: the run folder, the checkpoint it continues
+    from (update and env step) and the budget it continues to; None for a new run, for a multi-host process
+    other than 0, and for a resume that training will refuse (its budget already done, or no checkpoint:
+    the refusal is the one line then). Plain file reads (:func:`accerl_jax.checkpoint.find_checkpoint`)."""
+    if cfg.resume is None or (cfg.process_id or 0) != 0:
+        return None
+    from accerl_jax import checkpoint
+
+    try:
+        point = checkpoint.find_checkpoint(cfg.resume, "--resume", latest_only=True)
+    except ConfigError:
+        return None
+    extra = point.meta.get("extra", {})
+    completed = int(extra.get("completed", point.step))
+    per_update = cfg.num_envs * cfg.rollout_length * (cfg.num_processes or 1)
+    if completed >= cfg.total_steps // per_update:
+        return None
+    steps = (extra.get("monitor") or {}).get("env_steps")
+    at = f", env step {int(steps):,}" if steps is not None else ""
+    return (f"resuming {point.logdir} from checkpoint {point.step} (update {completed:,}{at}); continuing to "
+            f"--total-steps {cfg.total_steps:,} (update {cfg.total_steps // per_update:,})")
 
 
 def _stdout_closed() -> None:
@@ -73,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from accerl_jax.loop import train  # heavy imports after --help has been served
 
+    line = resume_line(cfg)
+    if line is not None:
+        print(line, flush=True)
     try:
         summary = train(cfg)
     except ConfigError as err:
@@ -112,6 +140,20 @@ def _report(summary: dict) -> None:
               f"{summary['logdir']}; plot with: {plot_command(summary)}")
 
 
+def diverged_message(summary: dict) -> str:
+    """The one-line error of a diverged run: its cause, its last good checkpoint and what to try. ``--on-nan
+    skip`` is offered only to a run that skipped no update; one that did is told that skipping did not help."""
+    kept = summary["last_checkpoint"] or "none saved yet"
+    skipped = summary.get("skipped_updates") or 0
+    remedy = "a lower --learning-rate, smaller loss coefficients or --distill-learning-rate"
+    if skipped:
+        advice = (f"Skipping did not help ({skipped:,} update{'s' if skipped != 1 else ''} skipped under --on-nan "
+                  f"skip): try {remedy}")
+    else:
+        advice = f"Try {remedy}, or --on-nan skip"
+    return f"error: training diverged: {summary['stop_reason']}; last good checkpoint: {kept}. {advice}"
+
+
 def _exit_status(summary: dict) -> int:
     """0 for a finished run; 130/143 (with how to resume) for an interrupted one, 1 for a diverged one."""
     if summary["stopped"] == "interrupted":
@@ -124,10 +166,7 @@ def _exit_status(summary: dict) -> int:
                   f"{summary['logdir']}", file=sys.stderr)
         return exit_code(signal.Signals[summary["exit_signal"]])
     if summary["stopped"] == "diverged":
-        kept = summary["last_checkpoint"] or "none saved yet"
-        print(f"error: training diverged: {summary['stop_reason']}; last good checkpoint: {kept}. Try a lower "
-              "--learning-rate, smaller loss coefficients or --distill-learning-rate, or --on-nan skip",
-              file=sys.stderr)
+        print(diverged_message(summary), file=sys.stderr)
         return 1
     return 0
 

@@ -21,14 +21,15 @@ import numpy as np
 from accerl_jax import checkpoint, networks
 from accerl_jax import plan as plan_lib
 from accerl_jax.actor import sample_from
+from accerl_jax.cli import DEFAULT_POLICY, POLICIES, run_folder
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
 from accerl_jax.presets import saved_settings
 from accerl_jax.run import make_run_compressor
+from accerl_jax.seeds import eval_envpool_seed
 from accerl_jax.types import ApplyFn
 
-POLICIES = ("learner", "actor")
 WHAT = "RUN_DIR"  # how the user names the run folder, in error messages
 
 
@@ -75,16 +76,19 @@ def saved_config(point: checkpoint.ResumePoint) -> Config:
                                wandb_project=None, coordinator_address=None, num_processes=None, process_id=None)
 
 
-def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, num_envs: Optional[int] = None,
+def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = None, num_envs: Optional[int] = None,
          seed: int = 0, seed_index: int = 0) -> Trained:
     """Read a run folder's checkpoint into a :class:`Trained` policy; writes nothing.
 
     Args:
-      run_dir: the run folder (``--logdir`` of training) or one of its ``checkpoints/<update>`` folders.
+      run_dir: the run folder (``--logdir`` of training), its ``checkpoints`` folder, or one of its
+        ``checkpoints/<update>`` folders.
       policy: ``"learner"`` or ``"actor"`` (the run's compressed actor).
       step: the checkpoint's update (default: the latest, or the one ``run_dir`` names).
       num_envs: environments of the fresh env adapter (default: the run's ``--num-envs``).
-      seed: seed of the fresh envs (envpool seeds its envs with it; gymnax envs are seeded at reset).
+      seed: evaluation's seed: envpool's fresh envs get its block of seeds below zero
+        (:func:`accerl_jax.seeds.eval_envpool_seed`, disjoint from every training run's); gymnax envs are
+        keyed at reset (:func:`accerl_jax.seeds.eval_key`).
       seed_index: for a ``--num-seeds`` run, which of its seeds (0-based).
 
     Raises:
@@ -94,10 +98,9 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
     """
     if policy not in POLICIES:
         raise ConfigError(f"bad --policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    path = run_dir if step is None else os.path.join(run_dir, checkpoint.CHECKPOINT_DIR, str(step))
-    if step is not None and not os.path.isdir(path):
-        raise ConfigError(f"bad --step {step}: {run_dir!r} has no checkpoint folder {path!r}")
-    point = checkpoint.find_checkpoint(path, WHAT)
+    point = checkpoint.find_checkpoint(run_folder(run_dir), WHAT)
+    if step is not None and step != point.step:
+        point = checkpoint.find_checkpoint(_checkpoint_path(point, step, run_dir), WHAT)
     cfg = saved_config(point)
     try:
         plan_lib.check_config(cfg)
@@ -107,10 +110,15 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
         raise ConfigError(f"bad --seed-index {seed_index}: the run trained {cfg.num_seeds} seed(s); expected 0 to "
                           f"{cfg.num_seeds - 1}")
     if policy == "actor" and cfg.compressor == "auto":
-        raise ConfigError(f"bad --policy actor for {run_dir!r}: a --compressor auto run's actor changes network "
+        raise ConfigError(f"bad --policy actor (the default) for {run_dir!r}: a --compressor auto run's actor changes network "
                           "with each decision and is not rebuilt from its checkpoint; use --policy learner")
+    num_envs = num_envs or cfg.num_envs
     try:
-        env = make_env(cfg.env, num_envs or cfg.num_envs, seed)
+        env_seed = eval_envpool_seed(seed, num_envs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        env = make_env(cfg.env, num_envs, env_seed)
     except Exception as err:  # ValueError from the adapters; envpool may raise others for a missing task
         raise ConfigError(f"bad {WHAT} {run_dir!r}: its env {cfg.env!r} cannot be built here ({err})") from None
     # The network only: the training machine's device layout (--actor-device cpu-apart) does not apply here.
@@ -137,6 +145,27 @@ def load(run_dir: str, *, policy: str = "learner", step: Optional[int] = None, n
     return Trained(run_dir=point.logdir, step=point.step, cfg=cfg, env=env, spec=spec, policy=policy, apply=apply,
                    params=params, learner_apply=learner_apply, learner_params=learner_params,
                    extra=point.meta.get("extra", {}))
+
+
+def _checkpoint_path(point: checkpoint.ResumePoint, step: int, run_dir: str) -> str:
+    """The folder of checkpoint ``step`` (an update number) of ``point``'s run.
+
+    Raises:
+      ConfigError: the run has no finished checkpoint of that update; names the ones it has (update and
+        env step), and the update whose checkpoint a ``step`` given as an env step would be.
+    """
+    steps = checkpoint.finished_steps(point.logdir)
+    if step in steps:
+        return os.path.join(point.logdir, checkpoint.CHECKPOINT_DIR, str(step))
+    saved = point.meta["config"]
+    per_update = int(saved["num_envs"]) * int(saved["rollout_length"]) * int(saved.get("num_processes") or 1)
+    shown = [f"{s} (env step {s * per_update:,})" for s in steps]
+    if len(shown) > 8:
+        shown = shown[:2] + ["..."] + shown[-5:]
+    hint = (f"; env step {step:,} is update {step // per_update}: --step {step // per_update}"
+            if step % per_update == 0 and step // per_update in steps else "")
+    raise ConfigError(f"bad --step {step}: {run_dir!r} has no checkpoint of update {step} (--step counts updates "
+                      f"of {per_update:,} env steps, not env steps){hint}; its checkpoints: {', '.join(shown)}")
 
 
 def _picker(leaves: dict, num_seeds: int, seed_index: int, run_dir: str, step: int) -> Callable:

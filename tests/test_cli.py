@@ -214,3 +214,16 @@ def test_out_of_memory_is_one_line_naming_the_sizes(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: out of memory (Out of memory") and "--hidden-sizes" in err, err
     assert train_cli.out_of_memory(RuntimeError("INTERNAL: something else broke")) is None
+
+
+@pytest.mark.parametrize("skipped, offered", [(0, True), (79, False)])
+def test_a_diverged_run_is_offered_on_nan_skip_only_if_it_skipped_nothing(capsys, skipped, offered):
+    """A run already skipping (--on-nan skip) is not told to try --on-nan skip: it is told skipping did not help."""
+    summary = {"stopped": "diverged", "last_checkpoint": None, "skipped_updates": skipped,
+               "stop_reason": "non-finite loss at update 80"}
+    assert train_cli._exit_status(summary) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: training diverged: non-finite loss at update 80")
+    assert "lower --learning-rate" in err
+    assert err.endswith("or --on-nan skip") == offered
+    assert ("Skipping did not help (79 updates skipped" in err) == (not offered)

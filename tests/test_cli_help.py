@@ -96,6 +96,27 @@ def test_unknown_flag_with_another_frameworks_name_suggests_ours(tmp_path, capsy
 
 
 @pytest.mark.parametrize("argv, needle", [
+    (["--capture-video"], "unknown flag --capture-video; here: after training, python -m accerl_jax.evaluate RUN_DIR --video"),
+    (["--capture_video=True"], "unknown flag --capture_video; here: after training, python -m accerl_jax.evaluate"),
+    (["--save-model"], "python -m accerl_jax.export RUN_DIR --out DIR"),
+    (["--exp-name", "x"], "unknown flag --exp-name; here: --logdir runs/NAME"),
+    (["--CLIP_EPS", "0.2"], "unknown flag --CLIP_EPS; here: --ppo-clip"),
+])
+def test_another_frameworks_flag_without_a_flag_of_ours_says_how_it_is_done_here(tmp_path, capsys, argv, needle):
+    assert train.main(argv + ["--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "--return-window" not in err, err
+    assert err.rstrip().endswith("python -m accerl_jax.train --help lists every flag")
+    assert not (tmp_path / "run").exists()
+
+
+def test_other_ways_never_shadow_a_flag_or_a_common_name():
+    known = cli.known_flags()
+    for name in cli.OTHER_WAYS:
+        assert flag(name) not in known and name not in COMMON_NAMES, name
+
+
+@pytest.mark.parametrize("argv, needle", [
     (["--num-env", "3"], "unknown flag --num-env (perhaps --num-envs"),
     (["--no-anneal", "--seed", "1"], "unknown flag --no-anneal (perhaps --no-anneal-lr"),
     (["--learning_rte=0.1"], "unknown flag --learning_rte (perhaps --learning-rate"),

@@ -436,6 +436,24 @@ def test_make_env_errors(name, num_envs, needle):
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("name, meant", [
+    ("gymnax:Cartpole-v1", "gymnax:CartPole-v1"),  # another case
+    ("gymnax:cartpole", "gymnax:CartPole-v1"),
+    ("gymnax:Breakout-Minatr", "gymnax:Breakout-MinAtar"),  # a letter missing
+    ("envpool:pong-v5", "envpool:Pong-v5"),
+    ("envpool:Halfcheetah-v4", "envpool:HalfCheetah-v4"),
+    ("gymnax:NoSuchEnv", None),
+])
+def test_unknown_env_id_names_the_closest_spelling(name, meant):
+    with pytest.raises(ValueError) as err:
+        make_env(name, 1)
+    text = str(err.value)
+    assert text.startswith(f"unknown {name.split(':')[0]} ")
+    assert ("did you mean" in text) == (meant is not None)
+    if meant is not None:
+        assert f"(did you mean --env {meant}?)" in text
+
+
 def test_envpool_pool_is_built_without_gymnasium_warnings():
     """envpool builds its gymnasium spaces at their first access, which warns "Box low's precision lowered"
     (nothing a user can act on): the adapter builds them where the warnings are silenced."""

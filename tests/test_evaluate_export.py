@@ -136,6 +136,9 @@ def test_exported_policy_gives_the_frameworks_actions(runs, exported, tmp_path, 
     else:
         folder, record, ref = exported[case]
         spec, policy = _readme_loader(folder)
+        # The run folder is recorded relative to policy.json's folder (the pair can move together).
+        assert not os.path.isabs(record["run_dir"])
+        assert os.path.samefile(os.path.join(folder, record["run_dir"]), runs[case])
     env = make_env(ref.cfg.env, 8, 0)
     state, obs = env.reset(jax.random.PRNGKey(0))
     for _ in range(3):  # a few steps in, so that observations differ between envs
@@ -239,6 +242,53 @@ def test_play_gives_each_env_its_quota(real_run):
     played = evaluate.play(pol, 7, greedy=True, seed=2)
     assert len(played["returns"]) == len(played["lengths"]) == 7
     assert played["obs"].shape[1:] == (4,)
+    # --video's episode is one of those counted (env 0's first): its first observation to its final one.
+    first = played["first_episode"]
+    assert first.shape[1:] == (4,) and len(first) - 1 in played["lengths"]
+    np.testing.assert_array_equal(first[0], played["obs"][0])
+
+
+def test_video_renders_faster_than_the_episode_plays_with_progress(tmp_path, capsys):
+    """A 501-frame CartPole episode (16.7 s at 30 fps) is drawn and written in less time than it shows, with
+    a progress bar of its frames; every frame is in the GIF."""
+    import time
+    import types
+
+    from PIL import Image
+
+    from accerl_jax import video
+
+    info = types.SimpleNamespace(name="gymnax:CartPole-v1", channels_first=False)
+    frames = np.random.default_rng(0).normal(0, 0.3, (501, 4)).astype(np.float32)
+    start = time.perf_counter()
+    video.write_video(frames, info, str(tmp_path / "e.gif"), progress=True)
+    seconds = time.perf_counter() - start
+    assert seconds < len(frames) / video.FPS, seconds
+    assert "501/501 frames" in capsys.readouterr().out
+    with Image.open(tmp_path / "e.gif") as im:
+        assert im.n_frames == 501 and im.size == (video.WIDTH, video.HEIGHT + video.BAND)
+
+
+def test_mp4_frames_are_piped_to_ffmpeg(tmp_path, monkeypatch):
+    """MP4: raw RGB frames of even size piped to ffmpeg (a stand-in that records its arguments and input)."""
+    import types
+
+    from accerl_jax import video
+
+    fake = tmp_path / "bin" / "ffmpeg"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport sys\ndata = sys.stdin.buffer.read()\n"
+                    "open(sys.argv[-1], 'w').write(' '.join(sys.argv[1:]) + '\\n' + str(len(data)))\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    info = types.SimpleNamespace(name="gymnax:Breakout-MinAtar", channels_first=False)
+    frames = (np.random.default_rng(0).random((5, 10, 10, 4)) > 0.7).astype(np.float32)
+    video.write_video(frames, info, str(tmp_path / "e.mp4"))
+    args, size = (tmp_path / "e.mp4").read_text().splitlines()
+    h, w = 10 * video.CELL + video.BAND, 10 * video.CELL
+    assert f"-s {w}x{h}" in args and "-pix_fmt rgb24" in args and int(size) == 5 * h * w * 3
+    assert h % 2 == w % 2 == 0
+    assert not list(tmp_path.glob("*.tmp.mp4"))
 
 
 def _flip_byte(run):
@@ -274,8 +324,12 @@ BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of 
     ("env-not-built", "export", lambda t, r: [r, "--out", str(t / "o")], _other_env,
      ["bad RUN_DIR", "gymnax:NoSuchEnv-v0", "cannot be built"]),
     ("episodes-0", "evaluate", lambda t, r: [r, "--episodes", "0"], None, ["bad --episodes 0", "expected"]),
-    ("bad-policy", "evaluate", lambda t, r: [r, "--policy", "student"], None, ["bad --policy 'student'", "learner, actor"]),
-    ("no-such-step", "evaluate", lambda t, r: [r, "--step", "7"], None, ["bad --step 7", "no checkpoint folder"]),
+    ("bad-policy", "evaluate", lambda t, r: [r, "--policy", "student"], None, ["bad --policy 'student'", "actor, learner"]),
+    ("no-such-step", "evaluate", lambda t, r: [r, "--step", "7"], None,
+     ["bad --step 7", "no checkpoint of update 7", "counts updates of 8 env steps", "its checkpoints: 2 (env step 16)"]),
+    # an env step given for an update: named as such, with the update to give
+    ("step-as-env-step", "export", lambda t, r: [r, "--out", str(t / "o"), "--step", "16"], None,
+     ["bad --step 16", "env step 16 is update 2: --step 2", "its checkpoints: 2 (env step 16)"]),
     ("bad-video", "evaluate", lambda t, r: [r, "--video", str(t / "x.avi")], None, ["bad --video", ".gif or .mp4"]),
     # /proc passes the access() check (as root) but takes no new file: refused before the episode is played.
     ("video-cannot-write", "evaluate", lambda t, r: [r, "--video", "/proc/accerl-video-test.gif"], None,
@@ -321,3 +375,109 @@ def test_export_cli_subprocess(real_run, tmp_path):
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: bad RUN_DIR") and "Traceback" not in bad.stderr
     assert not (tmp_path / "o").exists()
+
+
+class _Stop(Exception):
+    """Raised by :class:`_Recorder` once a fresh env is reset: the seeds and keys are all the test needs."""
+
+
+class _Recorder:
+    """An env adapter that records the key of its reset and stops there."""
+
+    def __init__(self, env, seen):
+        self.info, self.step, self._seen = env.info, env.step, seen
+
+    def reset(self, key):
+        self._seen["keys"].append(tuple(np.asarray(key).tolist()))
+        raise _Stop
+
+
+def _training_keys(seeds, groups: int) -> set:
+    """Training's PRNG keys of run seeds ``seeds`` (accerl_jax.run, loops/anakin_state, learner, actor):
+    the root key, its split into network/compressor/actor keys, the learner's stream, and each env group's
+    key ``fold_in(actor_key, g)`` with its env/action split."""
+    from accerl_jax.learner import learner_key
+
+    out = set()
+    for s in seeds:
+        root = jax.random.PRNGKey(s)
+        k_net, k_comp, k_actor = jax.random.split(root, 3)
+        keys = [root, k_net, k_comp, k_actor, learner_key(s)]
+        for g in range(groups):
+            group = jax.random.fold_in(k_actor, g)
+            keys += [group, *jax.random.split(group)]
+        out |= {tuple(np.asarray(k).tolist()) for k in keys}
+    return out
+
+
+def test_evaluation_seeds_and_keys_are_disjoint_from_trainings(real_run, monkeypatch):
+    """evaluate (its --video is one of its episodes) and export's held observations use evaluation's own env seeds (envpool: below
+    zero, where no training run's env is) and keys (gymnax: fold_in(PRNGKey(seed), EVAL_STREAM)), none of
+    a training run's of any seed 0..N: an evaluation with --seed 1 replays no training episode's start."""
+    from accerl_jax import envs, seeds
+
+    seen = {"seeds": [], "keys": []}
+    real = envs.make_env
+
+    def make(name, n, seed=0, **kw):
+        seen["seeds"].append((seed, n))
+        return _Recorder(real(name, n, seed, **kw), seen)
+
+    monkeypatch.setattr(envs, "make_env", make)
+    monkeypatch.setattr(trained, "make_env", make)
+    n_seeds, num_envs = 8, 16
+    with jax.disable_jit():  # the recorder sees concrete keys
+        for s in range(n_seeds):
+            pol = trained.load(str(real_run), num_envs=num_envs, seed=s)
+            for use in (lambda: evaluate.play(pol, 1, seed=s), lambda: export.held_observations(pol, s)):
+                with pytest.raises(_Stop):
+                    use()
+    assert len(seen["seeds"]) == 2 * n_seeds and len(seen["keys"]) == 2 * n_seeds
+    # envpool: env i of a pool is seeded seed + i; training's env seeds are [0, 2^31) (envpool_seed).
+    env_seeds = [base + i for base, n in seen["seeds"] for i in range(n)]
+    assert all(-(2**31) <= x < 0 for x in env_seeds), sorted(env_seeds)[-3:]
+    assert len({x for base, n in seen["seeds"] if n == num_envs for x in range(base, base + n)}) == n_seeds * num_envs
+    # gymnax: every evaluation key (the recorded resets and each use's action keys) is none of training's.
+    eval_keys = set(seen["keys"]) | {tuple(np.asarray(seeds.eval_key(s, u)).tolist())
+                                     for s in range(n_seeds) for u in seeds.EvalUse}
+    assert len(eval_keys) == n_seeds * len(seeds.EvalUse)
+    assert not eval_keys & _training_keys(range(n_seeds), groups=num_envs)
+    with pytest.raises(ValueError, match=r"bad --seed 134217728 with 16 envs.*below 134217728"):
+        seeds.eval_envpool_seed(2**27, 16)
+
+
+def test_evaluate_and_export_default_to_the_same_policy(capsys):
+    """One --policy default for both commands (the run's actor), said so in both helps."""
+    assert evaluate.Args.policy == export.Args.policy == "actor"
+    for module in (evaluate, export):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "'actor' (the default, in evaluate and export alike" in text
+
+
+def test_a_runs_checkpoints_folder_is_read_as_the_run(real_run, capsys):
+    """``--resume RUN/checkpoints`` and ``evaluate RUN/checkpoints`` mean the run RUN (not "no checkpoints/
+    folder there"); a folder merely named checkpoints that holds its own checkpoints/ is left as given."""
+    from accerl_jax import cli
+    from accerl_jax import train as train_cli
+
+    given = os.path.join(str(real_run), "checkpoints")
+    cfg = train_cli.parse_config(["--resume", given + os.sep, "--total-steps", "24"])
+    assert os.path.samefile(cfg.resume, real_run) and cfg.total_steps == 24
+    assert os.path.samefile(train_cli.parse_config([f"--resume={given}"]).resume, real_run)
+    assert trained.load(given, policy="learner", num_envs=1).step == 2
+    assert cli.run_folder(str(real_run)) == str(real_run)
+    assert cli.run_folder(os.path.join(given, "2")) == os.path.join(given, "2")
+
+
+def test_a_resumed_run_says_where_it_continues_from(real_run):
+    """One line before the first log block: the checkpoint (update, env step) and the budget it continues to;
+    nothing for a new run or for a resume that training refuses (its budget done)."""
+    from accerl_jax import train as train_cli
+
+    cfg = train_cli.parse_config(["--resume", str(real_run), "--total-steps", "24"])
+    assert train_cli.resume_line(cfg) == (f"resuming {real_run} from checkpoint 2 (update 2, env step 16); "
+                                          "continuing to --total-steps 24 (update 3)")
+    assert train_cli.resume_line(train_cli.parse_config(["--resume", str(real_run)])) is None  # already done
+    assert train_cli.resume_line(train_cli.parse_config(["--seed", "3"])) is None

@@ -79,3 +79,18 @@ class EnvInfo:
     def action_dim(self) -> int:
         """``D`` for continuous actions, 0 for discrete."""
         return int(self.action_shape[0]) if self.action_shape else 0
+
+
+def did_you_mean(name: str, known, backend: str) -> str:
+    """`` (did you mean --env <backend>:<id>?)`` for the known id closest to the unknown ``name`` (the same
+    id in another case first, then the closest spelling, case-insensitive, by :mod:`difflib`), or ``""``."""
+    import difflib
+
+    by_lower = {}
+    for k in sorted(known):
+        by_lower.setdefault(k.lower(), k)
+    match = by_lower.get(name.lower())
+    if match is None:
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+        match = by_lower[close[0]] if close else None
+    return f" (did you mean --env {backend}:{match}?)" if match else ""

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.envs.base import EnvInfo
+from accerl_jax.envs.base import EnvInfo, did_you_mean
 from accerl_jax.seeds import MAX_ENV_SEED, envpool_seed  # noqa: F401 (re-exported)
 from accerl_jax.types import Transition
 
@@ -78,7 +78,8 @@ class EnvpoolEnv:
 
         if env_id not in envpool.list_all_envs():
             raise ValueError(
-                f"unknown envpool task {env_id!r}; e.g. Pong-v5, Breakout-v5, CartPole-v1 "
+                f"unknown envpool task {env_id!r}{did_you_mean(env_id, envpool.list_all_envs(), 'envpool')}; e.g. "
+                "Pong-v5, Breakout-v5, CartPole-v1 "
                 "(envpool.list_all_envs() lists all)"
             )
         try:

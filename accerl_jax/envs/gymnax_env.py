@@ -21,7 +21,7 @@ from gymnax.environments.environment import Environment  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.envs.base import EnvInfo
+from accerl_jax.envs.base import EnvInfo, did_you_mean
 from accerl_jax.types import Transition
 
 
@@ -70,7 +70,8 @@ def _build(env_id: str):
         return gymnax.make(env_id)
     else:
         raise ValueError(
-            f"unknown gymnax environment {env_id!r}; known ones include "
+            f"unknown gymnax environment {env_id!r}{did_you_mean(env_id, list(gymnax.registered_envs) + list(CUSTOM_ENVS), 'gymnax')}; "
+            "known ones include "
             f"{', '.join(sorted(gymnax.registered_envs)[:12])}, ...; your own: register_env(name, make) or "
             "'gymnax:package.module:Class'"
         )
