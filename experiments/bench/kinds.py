@@ -280,8 +280,8 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
 
     o = dict(b.options, **(b.quick if quick else {}))
     o.setdefault("configs", list(b.configs))
-    default_rounds = o.pop("repeats", 1 if quick else 2)
-    rounds = rounds or default_rounds
+    o.pop("repeats", None)
+    rounds = rounds or (b.quick if quick else b.options).get("repeats", 1 if quick else 2)
     out = {"benchmark": b.name, "kind": b.kind, "quick": quick, "rounds": rounds, "options": o}
     if b.requires and importlib.util.find_spec(b.requires) is None:
         return dict(out, skipped=f"{b.requires} is not installed")

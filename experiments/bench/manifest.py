@@ -87,7 +87,7 @@ BENCHMARKS = (
         ("steps_per_s", "none"),
         dict(env=env, num_envs=envs, teacher_steps=teacher, distill_steps=distill, rollout_length=rollout, repeats=3,
              fields=fields),
-        dict(num_envs=64, teacher_steps=SMOKE_TRAIN["steps"], log_every=1, distill_steps=50, rollout_length=4,
+        dict(num_envs=64, teacher_steps=SMOKE_TRAIN["steps"], log_every=1, distill_steps=0, rollout_length=4,
              configs=["none", "distill:tiny"]))
       for short, env, envs, teacher, distill, rollout, fields, methods in (
           ("cartpole", "gymnax:CartPole-v1", 1024, 400_000, 2000, 16, {},
@@ -146,5 +146,14 @@ BENCHMARKS = (
         ("final_return_mean", "none"),
         dict(env="gymnax:CartPole-v1", steps=250_000, seeds=[0, 1, 2]),
         dict(SMOKE_TRAIN, configs=["vtrace"])),
+    Benchmark(
+        "distill_overlap", "training",
+        "Wall seconds of the default job with --compressor distill:small, distilling in the loop or in a "
+        "background thread (--distill-async), on CartPole-v1.",
+        "--distill-async: less wall time than synchronous distillation (it needs an idle core)",
+        {"sync": {"compressor": "distill:small"}, "async": {"compressor": "distill:small", "distill_async": True}},
+        ("wall_time_s", "sync"),
+        dict(env="gymnax:CartPole-v1", steps=300_000, seeds=[0, 1]),
+        dict(SMOKE_TRAIN, configs=["async"])),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
