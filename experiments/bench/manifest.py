@@ -88,12 +88,13 @@ BENCHMARKS = (
         dict(env=env, num_envs=envs, teacher_steps=teacher, distill_steps=distill, rollout_length=rollout, repeats=3,
              fields=fields),
         dict(num_envs=64, teacher_steps=SMOKE_TRAIN["steps"], log_every=1, distill_steps=0, rollout_length=4,
-             configs=["none", "distill:tiny"]))
-      for short, env, envs, teacher, distill, rollout, fields, methods in (
-          ("cartpole", "gymnax:CartPole-v1", 1024, 400_000, 2000, 16, {},
+             configs=smoke))
+      for short, env, envs, teacher, distill, rollout, fields, smoke, methods in (
+          ("cartpole", "gymnax:CartPole-v1", 1024, 400_000, 2000, 16, {}, ["none", "distill:tiny"],
            ("none", "mask:0.9", "prune:0.5", "prune:0.75", "int8", "bf16", "distill:small", "distill:small+int8",
             "distill:tiny", "distill:tiny+int8")),
-          ("breakout_minatar", "gymnax:Breakout-MinAtar", 1024, 150_000, 1000, 8, MINATAR,
+          # the conv net's smoke run times none alone: its two XLA configurations compile per policy
+          ("breakout_minatar", "gymnax:Breakout-MinAtar", 1024, 150_000, 1000, 8, MINATAR, ["none"],
            ("none", "prune:0.5", "int8", "bf16", "distill:small", "distill:small+int8", "distill:tiny")))),
     Benchmark(
         "loop_throughput", "throughput",
