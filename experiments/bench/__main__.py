@@ -1,0 +1,101 @@
+"""``python -m experiments.bench``: list the benchmarks, run one or all, generate the results page.
+
+    python -m experiments.bench list
+    python -m experiments.bench run NAME|all [--quick] [--repeats N] [--out DIR]
+                                 [--purejaxrl CHECKOUT --peer-python VENV/bin/python]
+    python -m experiments.bench page [--results DIR] [--write docs/RESULTS.md]
+
+``run`` writes ``DIR/<name>.json`` (default ``experiments/results/<machine kind>/``; with ``--quick``,
+a folder under the system's temporary directory, so a smoke run never replaces a measurement). Bad
+input: one line on stderr, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from experiments.bench import harness, page
+from experiments.bench.manifest import BENCHMARKS, BY_NAME
+
+RESULTS = os.path.join(harness.REPO, "experiments", "results")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
+def parse(argv):
+    p = Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub.add_parser("list", help="the manifest: name, kind, what it measures")
+    run = sub.add_parser("run", help="run benchmarks and write their JSON")
+    run.add_argument("name", help="a benchmark name (see list) or 'all'")
+    run.add_argument("--quick", action="store_true", help="each benchmark's smoke budget (seconds; not a measurement)")
+    run.add_argument("--repeats", type=int, default=None, help="rotated rounds of every configuration (default: the manifest's)")
+    run.add_argument("--out", default=None, help="results folder (default: experiments/results/<machine kind>/)")
+    run.add_argument("--purejaxrl", default=None, help="a checkout of luchris429/purejaxrl (the peer)")
+    run.add_argument("--peer-python", default=None, help="the Python of PureJaxRL's own virtual environment")
+    pg = sub.add_parser("page", help="the results page from the JSON")
+    pg.add_argument("--results", default=RESULTS, help="folder of one results folder per machine")
+    pg.add_argument("--write", default=None, help="a page to regenerate below its marker line (else: print)")
+    args = p.parse_args(argv)
+    if args.command == "run":
+        if args.name != "all" and args.name not in BY_NAME:
+            p.error(f"bad benchmark {args.name!r}; expected 'all' or one of {', '.join(BY_NAME)}")
+        if args.repeats is not None and args.repeats < 1:
+            p.error(f"bad --repeats {args.repeats}; expected a positive integer")
+        if (args.purejaxrl is None) != (args.peer_python is None):
+            p.error("--purejaxrl and --peer-python go together (a PureJaxRL checkout and its venv's Python)")
+        if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
+            p.error(f"bad --purejaxrl {args.purejaxrl!r}; expected a checkout with purejaxrl/ppo.py")
+    return args
+
+
+def run(args) -> dict:
+    """Run the chosen benchmarks in order; each result gets the machine record and is written at once."""
+    from experiments.bench import kinds
+
+    peer = {"checkout": args.purejaxrl, "python": args.peer_python} if args.purejaxrl else None
+    out_dir = args.out
+    results = {}
+    for b in BENCHMARKS if args.name == "all" else [BY_NAME[args.name]]:
+        started, rec = time.perf_counter(), harness.record()
+        if out_dir is None:
+            base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS
+            out_dir = os.path.join(base, rec["machine_kind"])
+        result = kinds.measure(b, args.quick, args.repeats, peer)
+        result["record"] = harness.finish_record(rec, started)
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{b.name}.json"), "w") as f:
+            json.dump(result, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"{b.name}: {os.path.join(out_dir, b.name + '.json')}", flush=True)
+        results[b.name] = result
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.command == "list":
+        for b in BENCHMARKS:
+            print(f"{b.name:<28} {b.kind:<12} {b.measures.split('. ')[0]}")
+    elif args.command == "run":
+        run(args)
+    elif args.write:
+        try:
+            page.write(args.write, args.results)
+        except (OSError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    else:
+        sys.stdout.write(page.page(args.results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

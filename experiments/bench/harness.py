@@ -1,0 +1,224 @@
+"""What every benchmark shares: the machine record, the ``metrics.csv`` reading rules, rotated rounds,
+runs in this process or as whole processes, and PureJaxRL run in its own virtual environment.
+
+Follows cleanba's ``benchmark.sh``: one runner, results tagged with the git revision and the machine,
+read back by one reporting tool (:mod:`experiments.bench.page`).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from accerl_jax.plot import load_run
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "gymnax", "envpool", "numpy", "orbax-checkpoint", "qwix")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_revision() -> str:
+    """``HEAD``'s commit of the checkout this package is in, with ``+dirty`` for uncommitted changes to
+    tracked files; ``unknown`` outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=30)
+
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def machine_kind() -> str:
+    """The results folder's name: ``cpu-<n>core`` on a CPU-only machine, ``<backend>-<device kind>``
+    otherwise (e.g. ``gpu-nvidia_h200``)."""
+    import jax
+
+    backend = jax.default_backend()
+    if backend == "cpu":
+        return f"cpu-{os.cpu_count()}core"
+    return f"{backend}-{jax.devices()[0].device_kind}".lower().replace(" ", "_")
+
+
+def record() -> dict:
+    """The machine, software and load a result was measured with: ``machine_kind``, ``platform``,
+    ``cpu_model``, ``cpu_count``, ``backend``, ``devices``, ``python``, ``git_revision``, ``packages``
+    (name -> version or None) and ``load_1min_before`` (``os.getloadavg``; :func:`finish_record` adds
+    ``load_1min_after``)."""
+    import jax
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"machine_kind": machine_kind(), "platform": platform.platform(), "cpu_model": _cpu_model(),
+            "cpu_count": os.cpu_count(), "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+            "python": platform.python_version(), "git_revision": git_revision(), "packages": versions,
+            "load_1min_before": os.getloadavg()[0]}
+
+
+def finish_record(rec: dict, started: float) -> dict:
+    """``rec`` with ``load_1min_after`` and ``wall_s`` (seconds since ``started``, ``time.perf_counter``)."""
+    return dict(rec, load_1min_after=os.getloadavg()[0], wall_s=time.perf_counter() - started)
+
+
+def curve(logdir: str) -> dict:
+    """``metrics.csv`` of a run folder as float64 arrays per column (an empty cell or text is NaN:
+    :func:`accerl_jax.plot.load_run`'s rule, the one rule for every benchmark)."""
+    return load_run(logdir).columns
+
+
+def time_to_target(logdir: str, target: float, offset_s: float = 0.0) -> float | None:
+    """``offset_s`` + ``wall_time_s`` of the first logged row whose ``return_mean`` (mean of the last
+    episodes' returns) is at least ``target``; None if no row reaches it (NaN never does)."""
+    c = curve(logdir)
+    hit = np.flatnonzero(np.nan_to_num(c["return_mean"], nan=-np.inf) >= target)
+    return None if not len(hit) else offset_s + float(c["wall_time_s"][hit[0]])
+
+
+def steady_rate(logdir: str, first_row: int = 1) -> dict:
+    """Env steps/s between row ``first_row`` and the last row of ``metrics.csv`` (the rows before include
+    compilation), and each stage's busy share over that window (``time_<stage>_s`` columns are
+    cumulative seconds): ``{"steps_per_s", "window_steps", "shares": {stage: s per wall s}}``.
+
+    Raises:
+      ValueError: fewer than ``first_row + 2`` rows (raise the budget or lower ``--log-every``).
+    """
+    c = curve(logdir)
+    if len(c["env_steps"]) < first_row + 2:
+        raise ValueError(f"{logdir}: {len(c['env_steps'])} logged rows; a steady rate needs {first_row + 2}")
+    d = {k: float(v[-1] - v[first_row]) for k, v in c.items()}
+    shares = {k[5:-2]: d[k] / d["wall_time_s"] for k in sorted(c) if k.startswith("time_") and np.isfinite(d[k])}
+    return {"steps_per_s": d["env_steps"] / d["wall_time_s"], "window_steps": int(d["env_steps"]), "shares": shares}
+
+
+def rotated(items: list, round_: int) -> list:
+    """``items`` rotated left by ``round_`` places: in round r each configuration runs at another place in
+    the order, so a busy spell of a shared machine falls on all of them alike."""
+    k = round_ % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def interleave(labels: list[str], seeds: list[int], rounds: int, run) -> dict:
+    """Call ``run(label, seed, round) -> dict`` for every label and seed in ``rounds`` rotated rounds;
+    returns ``{label: [run dicts with "seed" and "round"]}``, labels in their given order."""
+    out: dict = {label: [] for label in labels}
+    for r in range(rounds):
+        for seed in seeds:
+            for label in rotated(labels, r):
+                out[label].append(dict(run(label, seed, r), seed=seed, round=r))
+                print(f"round {r} seed {seed} {label}: " + json.dumps({k: v for k, v in out[label][-1].items()
+                                                                       if not isinstance(v, (dict, list))}), flush=True)
+    return out
+
+
+def summary_keys(run: dict) -> dict:
+    """The fields of a training run's ``summary.json`` that benchmarks keep."""
+    keep = ("final_return_mean", "wall_time_s", "steps_per_s", "total_env_steps", "startup_before_train_s",
+            "kl_learner_actor", "action_agreement", "actor_params", "learner_params", "actor_time_s",
+            "learner_time_s", "compress_time_s", "policy_lag_mean", "compile_cache_hits", "compile_cache_misses")
+    return {k: run.get(k) for k in keep if k in run}
+
+
+def train_in_process(fields: dict, target: float | None = None, trained: dict | None = None) -> dict:
+    """One :func:`accerl_jax.loop.train` run of ``Config(**fields)`` in a fresh temporary log folder:
+    the summary's kept fields, the time to ``target`` (seconds from setup, compilation included) and the
+    steady rate (None when the run logged too few rows)."""
+    from accerl_jax.config import Config
+    from accerl_jax.loop import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Config(**dict(dict(progress=False, checkpoint_every=0), **fields, logdir=os.path.join(tmp, "run")))
+        s = train(cfg, trained=trained)
+        out = summary_keys(s)
+        out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
+        try:
+            out["steady"] = steady_rate(cfg.logdir)
+        except ValueError:
+            out["steady"] = None
+    return out
+
+
+def train_process(flags: list[str], seed: int, target: float | None, cache: str, python: str = sys.executable,
+                  timeout_s: float = 1800) -> dict:
+    """One whole process ``python -m accerl_jax.train`` with ``flags``, run from the repository root
+    with the compilation cache folder ``cache``: ``process_s`` (interpreter start to exit, as a user
+    waits), the summary's kept fields, and the seconds from process start to the first logged mean
+    return of at least ``target`` (start-up before training + the row's ``wall_time_s``).
+
+    Raises:
+      RuntimeError: the process failed (its exit code and the end of its stderr).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [python, "-m", "accerl_jax.train", "--seed", str(seed), "--logdir", os.path.join(tmp, "run"),
+                "--no-progress", "--compile-cache", cache, *flags]
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        process_s = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {proc.stderr[-1500:]}")
+        with open(os.path.join(tmp, "run", "summary.json")) as f:
+            s = json.load(f)
+        ttt = None if target is None else time_to_target(os.path.join(tmp, "run"), target, s["startup_before_train_s"])
+    return dict(summary_keys(s), process_s=process_s, time_to_target_s=ttt)
+
+
+# PureJaxRL's CartPole-v1 config (purejaxrl/ppo.py's __main__) with its per-episode host printing off,
+# its jitted make_train called once (compile included), run from purejaxrl/purejaxrl/ in its own venv.
+PUREJAXRL_RUN = """
+import json, sys, time
+start = time.perf_counter()
+sys.path.insert(0, ".")
+import jax
+from ppo import make_train
+config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": float(sys.argv[2]),
+          "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2,
+          "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
+          "ANNEAL_LR": True, "DEBUG": False}
+imported = time.perf_counter()
+out = jax.block_until_ready(jax.jit(make_train(config))(jax.random.PRNGKey(int(sys.argv[1]))))
+returns = out["metrics"]["returned_episode_returns"]  # [updates, steps, envs]
+print(json.dumps({"final_return_mean": float(returns[-1].mean()), "import_s": imported - start,
+                  "train_s": time.perf_counter() - imported}))
+"""
+
+
+def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, target: float,
+                      timeout_s: float = 1800) -> dict:
+    """PureJaxRL's PPO on CartPole-v1 as one whole process of ``python`` (its own virtual environment,
+    the pins in ``peers.md``) in ``checkout/purejaxrl``: ``process_s``, ``final_return_mean``,
+    ``import_s``, ``train_s``. It logs nothing while training, so its time to ``target`` is its whole
+    process when its final return reaches ``target``, else None.
+
+    Raises:
+      RuntimeError: the process failed (its exit code and the end of its stderr).
+    """
+    start = time.perf_counter()
+    proc = subprocess.run([python, "-c", PUREJAXRL_RUN, str(seed), str(total_steps)],
+                          cwd=os.path.join(checkout, "purejaxrl"), capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=""))
+    process_s = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"purejaxrl seed {seed} exited {proc.returncode}: {proc.stderr[-1500:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(out, process_s=process_s, time_to_target_s=process_s if out["final_return_mean"] >= target else None)

@@ -1,0 +1,293 @@
+"""The runners of each kind of benchmark, and the one rule that turns their runs into a table.
+
+Every runner has the signature ``run(bench, options, rounds, peer) -> {label: [run dict, ...]}`` and runs
+each configuration of ``options["configs"]`` in rotated rounds (:func:`experiments.bench.harness.rotated`).
+:data:`COLUMNS` names the metrics each kind reports; :func:`summarise` takes their medians and spread.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from experiments.bench import harness
+
+
+def process(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """Whole processes of the main job (``flags`` + the options' ``flags``; ``rerun``: run again on the
+    compilation cache the first run filled, recorded as ``<label>, rerun``) and PureJaxRL (``peer``)."""
+    def one(label, seed, r):
+        c = b.configs[label]
+        if "peer" in c:
+            if not peer:
+                return {"skipped": "no PureJaxRL checkout given (--purejaxrl, --peer-python)"}
+            return harness.purejaxrl_process(peer["checkout"], peer["python"], seed, o.get("peer_steps", c["steps"]),
+                                             o["target"])
+        flags, rerun = c["flags"] + o.get("flags", []), c.get("rerun") and o.get("rerun", True)
+        with tempfile.TemporaryDirectory() as cache:  # empty: a first run on this machine
+            first = harness.train_process(flags, seed, o["target"], cache)
+            return dict(first, rerun=harness.train_process(flags, seed, o["target"], cache) if rerun else None)
+
+    runs = harness.interleave(o["configs"], o["seeds"], rounds, one)
+    out = {}
+    for label, rs in runs.items():
+        out[label] = [{k: v for k, v in r.items() if k != "rerun"} for r in rs]
+        if b.configs[label].get("rerun") and o.get("rerun", True):
+            out[f"{label}, rerun"] = [dict(r["rerun"], seed=r["seed"], round=r["round"]) for r in rs]
+    return out
+
+
+def student_widths(env: str, compressor: str) -> tuple[int, ...]:
+    """Hidden widths of ``compressor``'s distillation student (``distill:<preset>``) of ``env``'s default network."""
+    from accerl_jax import networks
+    from accerl_jax.envs import make_env
+
+    info = make_env(env, 1).info
+    preset = compressor.split("distill:", 1)[1].split("+", 1)[0]
+    return networks.student_spec(networks.default_spec(info.obs_shape, info.num_actions, info.channels_first),
+                                 preset).widths
+
+
+def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """In-process training runs (:func:`harness.train_in_process`) of each configuration's Config fields
+    (over the options' ``fields``) at ``steps`` agent steps per seed: final return, seconds to ``target``
+    from setup, wall seconds. ``student_of``: the named compressor's student network, trained directly (no compressor)."""
+    def one(label, seed, r):
+        fields = dict(o.get("fields", {}), **{k: o[k] for k in ("env", "log_every") if k in o})
+        fields.update(b.configs[label], total_steps=o["steps"], seed=seed)
+        student = fields.pop("student_of", None)
+        if student:
+            fields["hidden_sizes"] = student_widths(fields["env"], student)
+        return harness.train_in_process(fields, o.get("target"))
+
+    return harness.interleave(o["configs"], o["seeds"], rounds, one)
+
+
+def compression(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """The (a)/(b)/(c) comparison: :func:`training` of its three configurations (see :func:`verdict`)."""
+    return training(b, o, rounds, peer)
+
+
+def verdict(table: dict, labels: list[str]) -> dict:
+    """Does compression pay? (b) must reach the target sooner (median seconds) than both (a) and (c), and
+    its mean final return must be at least (a)'s lowest seed's (equal final return within (a)'s spread)."""
+    a, b, c = (table[label] for label in labels)
+    t = [x["time_to_target_s"]["median"] for x in (a, b, c)]
+    sooner = t[1] is not None and all(x is None or t[1] < x for x in (t[0], t[2]))
+    equal = (b["final_return_mean"]["mean"] is not None and a["final_return_mean"]["min"] is not None
+             and b["final_return_mean"]["mean"] >= a["final_return_mean"]["min"])
+    return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
+
+
+def _bare(fields: dict, updates: int, chunk: int) -> dict:
+    """The framework-free floor: rollout (policy sample + env step), learner update and compression in
+    one jitted ``lax.scan`` over ``chunk`` updates, dispatched back to back; steps/s after a warm-up."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax import learner as learner_lib
+    from accerl_jax import networks
+    from accerl_jax.actor import rollout_from_steps, sample_action
+    from accerl_jax.compressor import make_compressor
+    from accerl_jax.config import Config
+    from accerl_jax.envs import make_env
+
+    cfg = Config(**{k: v for k, v in fields.items() if k != "loop"})
+    env = make_env(cfg.env, cfg.num_envs, cfg.seed)
+    info = env.info
+    spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
+    apply = networks.make_apply(spec)
+    comp = make_compressor(cfg.compressor, spec, apply, distill_steps=cfg.distill_steps,
+                           distill_learning_rate=cfg.distill_learning_rate)
+    actor_apply = comp.actor_apply(apply)
+    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, updates)
+    loss_cfg = learner_lib.LossConfig(corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
+                                      value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)
+    update = learner_lib.make_update(apply, optimizer, loss_cfg)
+    k_net, k_comp, k_env, k_act = jax.random.split(jax.random.PRNGKey(cfg.seed), 4)
+    params = networks.init_params(spec, k_net)
+    env_state, obs = jax.jit(env.reset)(k_env)
+    actor_params, comp_state = comp.init(params, k_comp, obs)
+
+    def one_update(c, _):
+        learner, actor_params, comp_state, env_state, obs, key = c
+
+        def env_step(e, _):
+            env_state, obs, key = e
+            key, sub = jax.random.split(key)
+            action, log_prob = sample_action(actor_apply, actor_params, obs, sub)
+            env_state, tr = env.step(env_state, action)
+            return (env_state, tr.obs, key), (obs, action, log_prob, tr)
+
+        (env_state, obs, key), (o, a, lp, tr) = jax.lax.scan(env_step, (env_state, obs, key), None,
+                                                             length=cfg.rollout_length)
+        learner, _ = update(learner, rollout_from_steps(o, a, lp, tr, info.bootstrap_slots(cfg.rollout_length)))
+        actor_params, comp_state = comp.compress(learner.params, comp_state, o.reshape((-1,) + info.obs_shape))
+        return (learner, actor_params, comp_state, env_state, obs, key), None
+
+    run = jax.jit(lambda c, n: jax.lax.scan(one_update, c, None, length=n.shape[0])[0])
+    state = (learner_lib.init_state(params, optimizer, key=learner_lib.learner_key(0)), actor_params, comp_state,
+             env_state, obs, k_act)
+    n = jnp.zeros((chunk,))
+    for _ in range(2):  # compile; the second call compiles again for the outputs' shardings
+        state = jax.block_until_ready(run(state, n))
+    start = time.perf_counter()
+    for _ in range(updates // chunk):
+        state = run(state, n)
+    jax.block_until_ready(state)
+    steps = (updates // chunk) * chunk * cfg.num_envs * cfg.rollout_length
+    return {"steps_per_s": steps / (time.perf_counter() - start), "window_steps": steps}
+
+
+def throughput(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """Steady env steps/s of each configuration's loop (``bare``: :func:`_bare`) at ``updates`` updates,
+    rows from the second to the last of ``metrics.csv`` (the first include compilation)."""
+    sizes = {k: o[k] for k in ("env", "loss", "num_envs", "rollout_length") if k in o}
+
+    def one(label, seed, r):
+        c = b.configs[label]
+        fields = dict(sizes, compressor=c["compressor"], loop=c["loop"], seed=seed, log_every=o["log_every"])
+        steps = o["updates"] * fields.get("num_envs", 16) * fields.get("rollout_length", 16)
+        if c["loop"] == "bare":
+            return _bare(fields, o["updates"], o["log_every"])
+        run = harness.train_in_process(dict(fields, total_steps=steps))
+        steady = run.pop("steady")
+        return dict(run, steps_per_s=steady["steps_per_s"], window_steps=steady["window_steps"],
+                    shares=steady["shares"])
+
+    return harness.interleave(o["configs"], o.get("seeds", [0]), rounds, one)
+
+
+def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """Actor steps/s of each compressor's policy (:func:`accerl_jax.actor.make_actor` over ``num_envs``
+    envs, ``rollout_length`` steps per timed rollout), the fastest of 3 rollouts per round in the faster
+    XLA configuration, rounds rotated; fidelity (KL(π‖μ) nats, greedy agreement) against a teacher
+    trained for ``teacher_steps`` steps, on observations its actor collected after those it was fitted on."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax import networks, xla
+    from accerl_jax.actor import make_actor
+    from accerl_jax.compressor import make_compressor
+    from accerl_jax.envs import make_env
+    from accerl_jax.monitor import policy_divergence
+
+    trained: dict = {}
+    fields = dict(o.get("fields", {}), env=o["env"], compressor="none", total_steps=o["teacher_steps"], seed=0)
+    teacher_run = harness.train_in_process(dict(fields, log_every=o["log_every"]) if "log_every" in o else fields,
+                                           trained=trained)
+    teacher = trained["learner_params"]
+    env = make_env(o["env"], o["num_envs"], 0)
+    spec = networks.default_spec(env.info.obs_shape, env.info.num_actions, env.info.channels_first)
+    learner_apply = networks.make_apply(spec)
+    teacher_actor = make_actor(env, learner_apply, o["rollout_length"], family=spec.family)
+
+    def observations(seed: int, rollouts: int = 4):
+        carry, chunks = teacher_actor.reset(jax.random.PRNGKey(seed)), []
+        for _ in range(rollouts):
+            carry, rollout, _ = teacher_actor.rollout(teacher, carry)
+            chunks.append(np.asarray(rollout.obs).reshape((-1,) + rollout.obs.shape[2:]))
+        return jnp.asarray(np.concatenate(chunks)[:8192])
+
+    fit_obs, held_obs = observations(100), observations(200)
+    held_teacher = jax.jit(lambda p, x: learner_apply(p, x)[0])(teacher, held_obs)
+    families = {"default": "mlp", "no_ynn": "cnn"}  # accerl_jax.xla's CPU options, selected by family name
+    entries = {}
+    for m in o["configs"]:
+        comp = make_compressor(m, spec, learner_apply, distill_steps=50, distill_learning_rate=1e-3)
+        params, state = comp.init(teacher, jax.random.PRNGKey(1), fit_obs)
+        for _ in range(o["distill_steps"] // 50 if "distill" in state else 0):
+            params, state = comp.compress(teacher, state, fit_obs)
+        apply = comp.actor_apply(learner_apply)
+        div = policy_divergence(held_teacher, jax.jit(lambda p, x: apply(p, x)[0])(params, held_obs))
+        actors = {c: make_actor(env, apply, o["rollout_length"], family=families[c])
+                  for c in xla.candidate_configs(spec.family)}
+        carries = {}
+        for c, actor in actors.items():  # compile and warm up
+            carries[c], r, _ = actor.rollout(params, actor.reset(jax.random.PRNGKey(300)))
+            jax.block_until_ready(r)
+        entries[m] = dict(params=params, actors=actors, carries=carries, fixed={
+            "kl": float(div["kl_learner_actor"]), "agreement": float(div["action_agreement"]),
+            "params": networks.param_count(params), "bytes": networks.param_bytes(params)})
+    ceiling_carry = teacher_actor.reset(jax.random.PRNGKey(301))
+    teacher_actor.time_env_only(ceiling_carry)
+    steps = o["num_envs"] * o["rollout_length"]
+    runs: dict = {m: [] for m in o["configs"]}
+    for r in range(rounds):
+        ceiling = steps / min(teacher_actor.time_env_only(ceiling_carry) for _ in range(3))
+        for m in harness.rotated(list(o["configs"]), r):
+            e, best = entries[m], {}
+            for c, actor in e["actors"].items():
+                times = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    e["carries"][c], out, _ = actor.rollout(e["params"], e["carries"][c])
+                    jax.block_until_ready(out)
+                    times.append(time.perf_counter() - start)
+                best[c] = steps / min(times)
+            fastest = max(best, key=best.get)
+            runs[m].append(dict(e["fixed"], steps_per_s=best[fastest], xla_config=fastest, ceiling_steps_per_s=ceiling,
+                                teacher_return=teacher_run["final_return_mean"], round=r, seed=0))
+    return runs
+
+
+KINDS = {"process": process, "training": training, "compression": compression, "throughput": throughput,
+         "actor_time": actor_time}
+# (metric, column header, format) per kind, in the page's order.
+COLUMNS = {
+    "process": (("process_s", "whole process s", ".1f"), ("time_to_target_s", "to target from process start s", ".1f"),
+                ("final_return_mean", "final return", ".1f")),
+    "training": (("time_to_target_s", "to target s", ".1f"), ("final_return_mean", "final return", ".1f"),
+                 ("wall_time_s", "wall s", ".1f")),
+    "throughput": (("steps_per_s", "steady steps/s", ",.0f"),),
+    "actor_time": (("steps_per_s", "actor steps/s", ",.0f"), ("kl", "KL(π‖μ) nats", ".4f"),
+                   ("agreement", "agreement", ".3f"), ("bytes", "actor bytes", ",.0f")),
+}
+COLUMNS["compression"] = COLUMNS["training"]
+
+
+def summarise(kind: str, runs: dict) -> dict:
+    """Per configuration and metric of ``COLUMNS[kind]``: ``median``, ``mean``, ``min``, ``max`` over the
+    runs that have a value (None: skipped, or a target never reached), ``n`` of them and ``of`` runs."""
+    table = {}
+    for label, rs in runs.items():
+        table[label] = {}
+        for metric, _, _ in COLUMNS[kind]:
+            values = [r[metric] for r in rs if r.get(metric) is not None]
+            stats = dict(median=float(np.median(values)), mean=float(np.mean(values)), min=float(np.min(values)),
+                         max=float(np.max(values))) if values else dict(median=None, mean=None, min=None, max=None)
+            table[label][metric] = dict(stats, n=len(values), of=sum("skipped" not in r for r in rs))
+    return table
+
+
+def ratios(table: dict, ratio: tuple[str, str] | None) -> dict:
+    """Each configuration's median of the ratio's metric over the baseline's (None where either is missing)."""
+    if not ratio or ratio[1] not in table:
+        return {}
+    metric, base = ratio
+    b = table[base][metric]["median"]
+    return {label: (row[metric]["median"] / b if row[metric]["median"] is not None and b else None)
+            for label, row in table.items()}
+
+
+def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
+    """Run benchmark ``b`` (its ``quick`` options over ``options`` with ``quick``) and return its result:
+    ``options``, ``rounds``, ``runs``, ``table`` (:func:`summarise`), ``ratios`` and, for the compression
+    kind, ``verdict``; or ``skipped`` with the reason when ``b.requires`` is not installed."""
+    import importlib.util
+
+    o = dict(b.options, **(b.quick if quick else {}))
+    o.setdefault("configs", list(b.configs))
+    o.pop("repeats", None)
+    rounds = rounds or (b.quick if quick else b.options).get("repeats", 1 if quick else 2)
+    out = {"benchmark": b.name, "kind": b.kind, "quick": quick, "rounds": rounds, "options": o}
+    if b.requires and importlib.util.find_spec(b.requires) is None:
+        return dict(out, skipped=f"{b.requires} is not installed")
+    runs = KINDS[b.kind](b, o, rounds, peer)
+    table = summarise(b.kind, runs)
+    out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
+    if b.kind == "compression":
+        out["verdict"] = verdict(table, list(b.configs))
+    return out

@@ -1,0 +1,160 @@
+"""Every benchmark accerl_jax is measured by: what it measures, the configurations it compares, the ratio
+it reports and the goal that ratio is held against (the AcceRL paper's figure, arXiv 2211.15023, or a
+peer's). Published reference numbers enter as rows with their source. cleanba's ``benchmark.sh``, one
+runner over many definitions, is the model; :mod:`experiments.bench.kinds` runs each kind.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A published result: ``mean ± std`` of ``metric`` over ``seeds`` seeds at ``steps`` agent steps."""
+
+    peer: str
+    env: str
+    steps: int
+    mean: float
+    std: float
+    seeds: int
+    source: str
+    metric: str = "final return"
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: ``kind`` names the runner (:data:`experiments.bench.kinds.KINDS`); ``configs``
+    maps each configuration's label to what the runner needs (Config fields, flags); ``ratio`` is
+    ``(metric, baseline label)``: every configuration's median of ``metric`` over the baseline's;
+    ``options`` the full budget, ``quick`` what ``--quick`` replaces (a smoke budget of seconds);
+    ``requires`` a Python package without which the benchmark is recorded as skipped."""
+
+    name: str
+    kind: str
+    measures: str
+    goal: str
+    configs: dict
+    ratio: tuple[str, str] | None
+    options: dict
+    quick: dict
+    references: tuple[Reference, ...] = ()
+    requires: str | None = None
+
+
+CLEANRL_PPO = "CleanRL ppo.py, openrlbenchmark (docs/benchmark/ppo.md), 3 seeds, mean ± std"
+CLEANRL_CONTINUOUS = "CleanRL ppo_continuous_action.py, openrlbenchmark (docs/benchmark/ppo.md), 3 seeds, mean ± std"
+REFERENCES = (
+    Reference("CleanRL ppo.py", "CartPole-v1", 500_000, 490.04, 6.12, 3, CLEANRL_PPO),
+    Reference("CleanRL ppo.py", "Acrobot-v1", 500_000, -86.36, 1.32, 3, CLEANRL_PPO),
+    Reference("CleanRL ppo_continuous_action.py", "HalfCheetah-v4", 1_000_000, 1442.64, 46.03, 3, CLEANRL_CONTINUOUS),
+    Reference("CleanRL ppo_continuous_action.py", "Hopper-v4", 1_000_000, 2382.86, 271.74, 3, CLEANRL_CONTINUOUS),
+    Reference("CleanRL ppo_continuous_action.py", "Walker2d-v4", 1_000_000, 2287.95, 571.78, 3, CLEANRL_CONTINUOUS),
+)
+CARTPOLE_TARGET = 475.0  # gymnasium's reward threshold for CartPole-v1 (the maximum is 500)
+MINATAR = dict(loss="actor-critic")  # the minatar preset's: IMPALA's one gradient step per update
+SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
+
+BENCHMARKS = (
+    Benchmark(
+        "default_vs_purejaxrl", "process",
+        "Whole-process seconds of the default job (python -m accerl_jax.train) and seconds from process start "
+        "to a logged mean return of 475 on CartPole-v1, first run (empty compilation cache) and rerun (the "
+        "cache filled), against PureJaxRL's ppo.py with its own CartPole config in its own virtual environment.",
+        "PureJaxRL: time to 475 at most PureJaxRL's whole process (ratio ≤ 1.0)",
+        {"default": {"flags": [], "rerun": True}, "purejaxrl": {"peer": "purejaxrl", "steps": 500_000}},
+        ("time_to_target_s", "purejaxrl"),
+        dict(target=CARTPOLE_TARGET, seeds=[0, 1, 2]),
+        dict(seeds=[0], flags=["--total-steps", "1024"], peer_steps=1024, rerun=False),
+        references=REFERENCES[:1]),
+    Benchmark(
+        "quality_classic", "training",
+        "Final return of the default job at 500k agent steps on CartPole-v1 and Acrobot-v1 (mean over seeds), "
+        "beside CleanRL's published ppo.py numbers at the same steps.",
+        "CleanRL ppo.py: final return within its published mean ± std",
+        {"CartPole-v1": {"env": "gymnax:CartPole-v1"}, "Acrobot-v1": {"env": "gymnax:Acrobot-v1"}},
+        None,
+        dict(steps=500_000, seeds=[0, 1, 2]),
+        dict(SMOKE_TRAIN, configs=["CartPole-v1"]),
+        references=REFERENCES[:2]),
+    *(Benchmark(
+        f"actor_time_{short}", "actor_time",
+        f"Actor env steps/s with each compressor's policy on {env} ({envs} environments; env stepping and policy "
+        "inference), the fastest of rotated timed rollouts, each policy in its fastest XLA configuration; "
+        "KL(π‖μ) and greedy agreement against a trained teacher on held-out observations.",
+        "the paper: actor time cut 2.0–4.13x at KL ≤ 0.05 nats and ≥ 95% agreement",
+        {m: {"compressor": m} for m in methods},
+        ("steps_per_s", "none"),
+        dict(env=env, num_envs=envs, teacher_steps=teacher, distill_steps=distill, rollout_length=rollout, repeats=3,
+             fields=fields),
+        dict(num_envs=64, teacher_steps=SMOKE_TRAIN["steps"], log_every=1, distill_steps=0, rollout_length=4,
+             configs=smoke))
+      for short, env, envs, teacher, distill, rollout, fields, smoke, methods in (
+          ("cartpole", "gymnax:CartPole-v1", 1024, 400_000, 2000, 16, {}, ["none", "distill:tiny"],
+           ("none", "mask:0.9", "prune:0.5", "prune:0.75", "int8", "bf16", "distill:small", "distill:small+int8",
+            "distill:tiny", "distill:tiny+int8")),
+          # the conv net's smoke run times none alone: its two XLA configurations compile per policy
+          ("breakout_minatar", "gymnax:Breakout-MinAtar", 1024, 150_000, 1000, 8, MINATAR, ["none"],
+           ("none", "prune:0.5", "int8", "bf16", "distill:small", "distill:small+int8", "distill:tiny")))),
+    Benchmark(
+        "loop_throughput", "throughput",
+        "Steady env steps/s (compilation excluded) of the Anakin and sequential loops against the bare program "
+        "(a hand-written jitted lax.scan of rollout, update and compression: no guard, logging or host work) on "
+        "CartPole-v1 at 16 envs x 16 steps, IMPALA's actor-critic (one gradient step per update), with and "
+        "without a compressor.",
+        "the bare program: the Anakin loop at most 10% slower (ratio ≥ 0.91)",
+        {f"{loop}, {comp}": {"loop": loop, "compressor": comp}
+         for comp in ("none", "distill:small") for loop in ("bare", "anakin", "sequential")},
+        ("steps_per_s", "bare, none"),
+        dict(env="gymnax:CartPole-v1", updates=600, log_every=10, loss="actor-critic", repeats=3),
+        dict(updates=8, log_every=2, configs=["bare, none", "anakin, none"])),
+    Benchmark(
+        "sebulba_pong", "throughput",
+        "Steady env steps/s of Sebulba (actor threads on the host CPU, learner on the accelerator) against the "
+        "sequential loop on envpool Pong-v5, per compressor: where actors bound the run, the paper's setting.",
+        "the paper: 29.8–40.3% less training time, i.e. throughput 1.42–1.68x of none's",
+        {"sequential, none": {"loop": "sequential", "compressor": "none"},
+         **{f"sebulba, {c}": {"loop": "sebulba", "compressor": c} for c in ("none", "prune:0.5", "distill:tiny")}},
+        ("steps_per_s", "sebulba, none"),
+        dict(env="envpool:Pong-v5", updates=32, log_every=4, loss="actor-critic", repeats=2),
+        dict(env="envpool:CartPole-v1", updates=6, log_every=2, num_envs=4, rollout_length=8,
+             configs=["sequential, none", "sebulba, none"]),
+        requires="envpool"),
+    *(Benchmark(
+        f"compression_{short}", "compression",
+        f"The honest comparison on {env}: (a) the learner's network N with --compressor none, (b) N with the "
+        f"compressed actor ({comp}), (c) the student's own network trained directly with no compression; seconds "
+        "to the target (compilation included) and final return at the budget.",
+        "compression pays only where (b) reaches the target sooner than both (a) and (c) at equal final return; "
+        "the paper: 29.8–40.3% less time",
+        {"(a) N, none": {"compressor": "none"}, f"(b) N, {comp}": {"compressor": comp},
+         "(c) student, none": {"compressor": "none", "student_of": comp}},
+        ("time_to_target_s", "(a) N, none"),
+        dict(env=env, target=target, steps=steps, seeds=[0, 1, 2], fields=fields),
+        SMOKE_TRAIN)
+      for short, env, comp, target, steps, fields in (
+          ("cartpole", "gymnax:CartPole-v1", "distill:small", CARTPOLE_TARGET, 200_000, {}),
+          # 5.0: reached by the uncompressed learner within 200k steps on a 2-core CPU (untrained ~0.5); chosen, not published
+          ("breakout_minatar", "gymnax:Breakout-MinAtar", "distill:small", 5.0, 200_000, MINATAR))),
+    Benchmark(
+        "corrector_ablation", "training",
+        "Final return on CartPole-v1 per off-policy corrector when the actor runs a 90%-magnitude-pruned policy "
+        "made one learner update early (--compressor mask:0.9 --policy-lag 1).",
+        "V-trace: final return at least none's (correction matters when the actor's policy is far off)",
+        {name: dict(compressor="mask:0.9", policy_lag=1, loss="actor-critic", **fields) for name, fields in (
+            ("vtrace", {"corrector": "vtrace"}), ("retrace", {"corrector": "retrace"}),
+            ("is (ρ̄ 2)", {"corrector": "is", "clip_rho_threshold": 2.0}), ("none", {"corrector": "none"}))},
+        ("final_return_mean", "none"),
+        dict(env="gymnax:CartPole-v1", steps=250_000, seeds=[0, 1, 2]),
+        dict(SMOKE_TRAIN, configs=["vtrace"])),
+    Benchmark(
+        "distill_overlap", "training",
+        "Wall seconds of the default job with --compressor distill:small, distilling in the loop or in a "
+        "background thread (--distill-async), on CartPole-v1.",
+        "--distill-async: less wall time than synchronous distillation (it needs an idle core)",
+        {"sync": {"compressor": "distill:small"}, "async": {"compressor": "distill:small", "distill_async": True}},
+        ("wall_time_s", "sync"),
+        dict(env="gymnax:CartPole-v1", steps=300_000, seeds=[0, 1]),
+        dict(SMOKE_TRAIN, configs=["async"])),
+)
+BY_NAME = {b.name: b for b in BENCHMARKS}
