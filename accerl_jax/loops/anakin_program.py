@@ -24,6 +24,7 @@ from accerl_jax import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax import guard as guard_lib
 from accerl_jax.guard import FINITE
+from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
 
 
@@ -71,7 +72,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
     cfg, compressor, info = run.cfg, run.compressor, run.info
     # run.teacher_update: the learner's own outputs at the rollout's observations go to the compressor as
     # its teacher's (distillation then needs no second forward pass of the teacher).
-    guarded = guard_lib.guard_update(run.update if run.teacher_update is None else run.teacher_update, cfg.on_nan)
+    guarded = guard_lib.guard_update(learner_update(run), cfg.on_nan)
     every = cfg.compress_every
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:

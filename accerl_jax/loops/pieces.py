@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax import cost
+from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import Run, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
@@ -53,7 +54,7 @@ def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
         raise ValueError("this run's update has no separable pieces (envpool, several processes, "
                          "--compressor auto or --distill-async)")
     reuse = run.teacher_update is not None
-    update = run.teacher_update if reuse else run.update
+    update = learner_update(run)
     actor_flops, (_, rollout_shape) = cost.flops_and_shape(run.actor.rollout_fn, actor_params, carry)
     if run.cfg.compressor == "none":  # the actor runs the learner's own policy
         uncompressed_flops = actor_flops
@@ -130,7 +131,7 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
     shares = split["flops"]
     if timed:
         reuse = run.teacher_update is not None
-        update = run.teacher_update if reuse else run.update
+        update = learner_update(run)
         roll_c = jax.jit(run.actor.rollout_fn)
         roll_u = jax.jit(run.actor_for(run.learner_apply).rollout_fn)
         compress_c = jax.jit(_compress_fn(run))
