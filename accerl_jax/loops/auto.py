@@ -42,6 +42,17 @@ class AutoControl:
                 self._decisions.append(decision)
         return actor_params, state, decision
 
+    def after_rollout(self, update: int, params, state: AutoState, actor_params, rollout, obs=None, rho_params=None,
+                      since: int | None = None):
+        """:meth:`adapt` with the triggers measured on the update's ``rollout``
+        (:meth:`AutoCompressor.rollout_measure <accerl_jax.compressor.auto.AutoCompressor.rollout_measure>`;
+        the sequential loop and the Sebulba compressor thread). ``obs`` ``[T, B, ...]``: the observations to
+        measure and warm on (default ``rollout.obs``); ``rho_params``: the learner parameters the update
+        computed ρ with (default ``params``)."""
+        obs = rollout.obs if obs is None else obs
+        measure = self.auto.rollout_measure(params, actor_params, state, rollout, obs=obs, rho_params=rho_params)
+        return self.adapt(update, params, state, actor_params, obs, measure, since)
+
     def take_decisions(self) -> tuple:
         """The decisions taken since the last call, oldest first (dicts, for :class:`~accerl_jax.driver.Events`)."""
         with self._lock:

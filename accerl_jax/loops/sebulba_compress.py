@@ -42,8 +42,8 @@ def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: La
         start = time.perf_counter()
         new, comp_state = run.compressor.compress(learner_params, comp_state, obs, **teacher)
         if auto is not None:  # may evaluate its candidates and switch (counted as compression)
-            measure = run.compressor.rollout_measure(learner_params, new, comp_state, rollout, rho_params=rho_params)
-            new, comp_state, _ = auto.adapt(version, learner_params, comp_state, new, rollout.obs, measure, since=seen)
+            new, comp_state, _ = auto.after_rollout(version, learner_params, comp_state, new, rollout,
+                                                    rho_params=rho_params, since=seen)
         jax.block_until_ready(new)
         clock.add("compress", time.perf_counter() - start)
         seen, previous, params = version, params, new

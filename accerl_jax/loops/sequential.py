@@ -92,10 +92,9 @@ class SequentialStepper:
                     self.actor_params, self.comp_state = self.compress(self.state.params, self.comp_state, obs_flat,
                                                                        **teacher)
                     if auto is not None:  # may evaluate its candidates and switch (counted as compression)
-                        measure = run.compressor.rollout_measure(self.state.params, self.actor_params, self.comp_state,
-                                                                 rollout, obs=obs_global, rho_params=rho_params)
-                        self.actor_params, self.comp_state, _ = auto.adapt(
-                            it, self.state.params, self.comp_state, self.actor_params, obs_global, measure)
+                        self.actor_params, self.comp_state, _ = auto.after_rollout(
+                            it, self.state.params, self.comp_state, self.actor_params, rollout, obs=obs_global,
+                            rho_params=rho_params)
                     jax.block_until_ready(self.actor_params)
                 versions.append(it)
             else:
