@@ -154,8 +154,8 @@ class AnakinStepper:
     def _count_flops(self) -> None:
         """Start counting the pieces' FLOPs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`, for the
         summary's cost split); :meth:`_dispatch` calls it with the chunk that ends the budget: counting traces
-        and lowers the pieces, ~0.7-1.2 s of host time on a 2-core CPU, which slowed the training it ran
-        beside by about as much; from the last chunk on it overlaps the end of the run instead."""
+        and lowers the pieces, host time that slowed the training it ran beside by about as much; from the
+        last chunk on it overlaps the end of the run instead."""
         run, shapes = self.run, self.shapes
         if self.flops is not None or not run.writer or not pieces.has_pieces(run):
             return

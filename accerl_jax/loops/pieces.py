@@ -77,7 +77,7 @@ def _flat_obs(obs) -> jax.ShapeDtypeStruct:
 
 class BackgroundFlops:
     """:func:`count_flops` in a daemon thread, so that a loop can count while its program runs instead of
-    after it (tracing and lowering the pieces takes about a second of host time). The Anakin loop starts
+    after it (tracing and lowering the pieces takes host time). The Anakin loop starts
     it with the chunk that ends the budget: started with the first chunk, it slowed the training it ran
     beside by about as much as it took. Pass ``jax.ShapeDtypeStruct`` trees: arrays the program may take
     over (donated buffers) must not be read by the thread. :meth:`result` waits for it."""
