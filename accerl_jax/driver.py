@@ -404,9 +404,7 @@ class Driver:
         seed_scope = (f"per seed: this seed's env steps / the whole run's wall_time_s ({seeds} seeds ran together; "
                       f"{WHOLE_RUN})")
         for k, m in enumerate(self.monitors):
-            seed_run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, seed=run.cfg.seed + k), monitor=m,
-                                           logdir=m.logdir, lock=_NoLock())
-            per_seed.append(summarize(seed_run, state=final[k].learner, actor_params=final[k].actor_params,
+            per_seed.append(summarize(run, seed=k, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
                                       last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
@@ -420,13 +418,6 @@ class Driver:
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
                                 for p in per_seed], **common)
-
-
-class _NoLock:
-    """A seed's summary releases no lock: the run's lock is released by the run's own summary."""
-
-    def release(self) -> None:
-        pass
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
@@ -454,13 +445,18 @@ WHOLE_RUN = "the whole run: setup, compilation, training and the final measureme
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
               stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
-              **fields) -> dict:
-    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock.
+              seed: int | None = None, **fields) -> dict:
+    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock; with
+    ``seed`` (an index of ``--num-seeds``), that seed's summary instead, from its own Monitor
+    (``run.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
 
     ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
     Returns the summary dict (see README, "Outputs").
     """
-    cfg, info, monitor, saver = run.cfg, run.info, run.monitor, run.saver
+    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.monitor, run.saver, run.logdir
+    if seed is not None:
+        cfg, monitor = dataclasses.replace(cfg, seed=cfg.seed + seed), monitor.seeds[seed]
+        logdir = monitor.logdir
     times = monitor.times
     wall = time.perf_counter() - run.wall_start
     final = jax.device_get(metrics)
@@ -523,7 +519,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "learner_params_digest": params_digest(state.params),
         "actor_params_digest": params_digest(actor_params),
         "backend": jax.default_backend(),
-        "logdir": run.logdir,
+        "logdir": logdir,
         "config": dataclasses.asdict(cfg),
         **speed_report,
         **fields,
@@ -531,5 +527,6 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     if run.writer:  # multi-host: only process 0's outputs are kept
         monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
-    run.lock.release()
+    if seed is None:
+        run.lock.release()
     return summary

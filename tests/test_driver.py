@@ -222,6 +222,9 @@ def test_several_seeds(tmp_path):
         r = rows(os.path.join(run.logdir, f"seed{k}"))
         assert [int(float(x["update"])) for x in r] == [2, 4, 6]
         assert float(r[-1]["return_mean"]) == pytest.approx(mean + 10 * k)
+        own = json.load(open(os.path.join(run.logdir, f"seed{k}", "summary.json")))
+        assert own["seed"] == run.cfg.seed + k and own["logdir"] == os.path.join(run.logdir, f"seed{k}")
+        assert own["final_return_mean"] == pytest.approx(mean + 10 * k) and own["updates"] == 6
     assert float(rows(run.logdir)[-1]["return_mean"]) == pytest.approx(mean + 5)  # the mean over seeds
 
 
