@@ -55,8 +55,8 @@ class FakeStepper:
     """Yields one Step per update: update ``u`` of seed ``k`` ends one episode of return ``u + 10 k`` in its
     last env step; every step measures 0.5 s of ``actor`` and 0.25 s of ``learner``; update 2 refreshes
     (logged with its events) and takes an auto decision; ``bad_at`` diverges, ``fail_at`` raises,
-    ``signal_at`` sends a signal to this process right after yielding that update (``before=True``: before
-    the first update, from inside the stepper)."""
+    ``signal_at`` sends SIGTERM to this process right after yielding that update (0: SIGINT before the
+    first update)."""
 
     def __init__(self, run, snap, *, bad_at=None, fail_at=None, signal_at=None):
         self.run, self.snap, self.seeds = run, snap, run.cfg.num_seeds
