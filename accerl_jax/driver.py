@@ -15,7 +15,11 @@ sequential and Sebulba steppers one per update. The driver
 * tears a run down that was interrupted before its first update (a new run's folder is freed), and
   otherwise measures the policy speed and writes the summary.
 
-A stepper implements :class:`Stepper`; it never saves, logs rows or handles signals itself.
+A stepper implements :class:`Stepper`; the contract is one-way: a stepper never writes the Monitor, a
+checkpoint or the summary, nor handles signals. Everything that happened in a step travels in the
+:class:`Step` it yields -- metrics, finished episodes, a snapshot for the checkpoint, and its
+:class:`Events` (stage seconds measured with its own :class:`~accerl_jax.clock.StageClock`, policy
+refreshes, ``--compressor auto`` decisions) -- and the driver is the only writer.
 """
 from __future__ import annotations
 
@@ -58,6 +62,21 @@ class Bad(NamedTuple):
     streak: int = 0  # --on-nan skip: the consecutive skipped updates that stopped the run (0: --on-nan stop)
 
 
+class Refresh(NamedTuple):
+    """A re-compression of the actor's policy whose divergence is logged (TensorBoard ``refresh/*``)."""
+
+    update: int  # the learner update the refreshed policy was compressed after
+    divergence: list  # per seed: {"kl_learner_actor", "action_agreement"} of the refreshed policy ([] scalars)
+
+
+class Events(NamedTuple):
+    """What happened during a step besides the update itself, for the driver to record."""
+
+    stage_s: dict = {}  # stage ("actor", "learner", "compress", ...) -> wall seconds measured (never mutated)
+    refreshes: tuple = ()  # Refresh records, logged before the step's episodes are counted
+    decisions: tuple = ()  # --compressor auto decisions (dicts, accerl_jax.compressor.auto), in order
+
+
 class Step(NamedTuple):
     """What a stepper yields after one update (sequential, Sebulba) or one chunk of updates (Anakin)."""
 
@@ -67,7 +86,10 @@ class Step(NamedTuple):
     episodes: list  # per seed: Episodes of this step, covering ``updates * steps_per_update`` agent steps
     snapshot: Optional[checkpoint.TrainState]  # what a checkpoint of ``update`` saves; None when ``bad``
     bad: Optional[Bad] = None
-    refreshed: bool = False  # the actor's policy was re-compressed during this step
+    # Per seed: the divergence of the freshest policy re-compressed during this step, logged with the
+    # step's Monitor row if it gets one (the Anakin loop measures it in its program); None: no refresh.
+    refresh: Optional[list] = None
+    events: Events = Events()
 
 
 class Final(NamedTuple):
@@ -76,6 +98,15 @@ class Final(NamedTuple):
     learner: Any  # accerl_jax.learner.LearnerState
     actor_params: Any  # the freshest compressed parameters
     obs: Optional[jax.Array]  # [T, B, *obs_shape] the last rollout's observations; None: no rollout ran
+
+
+class Result(NamedTuple):
+    """What a run returns: its summary and the final state of its first seed."""
+
+    summary: dict  # the run's summary (also written to <logdir>/summary.json; README, "Outputs")
+    learner_params: Any  # the learner's final parameters
+    actor_params: Any  # the freshest compressed parameters
+    obs: Optional[np.ndarray]  # [T * B, *obs_shape] the last rollout's observations; None: no rollout ran
 
 
 class Stepper(Protocol):
@@ -88,8 +119,9 @@ class Stepper(Protocol):
     def row(self, update: int) -> list:
         """Per seed: fields added to the Monitor row of ``update`` (e.g. KL of the actor's policy)."""
 
-    def refresh(self) -> list:
-        """Per seed: the divergence of the freshest compressed policy (TensorBoard ``refresh/*``), or []."""
+    def env_seconds(self, update: int) -> Optional[float]:
+        """Called after :meth:`row`: the seconds of env stepping in the actor's time over ``update`` updates,
+        where a fused actor's env share is calibrated (the Monitor splits its ``actor`` time with it), else None."""
 
     def extra(self) -> dict:
         """The stepper's JSON-able bookkeeping saved with a checkpoint (``skipped_updates``, ...)."""
@@ -97,16 +129,18 @@ class Stepper(Protocol):
     def final(self) -> list:
         """Per seed: the :class:`Final` state."""
 
-    def fields(self) -> dict:
-        """Loop-specific summary fields (``loop``, per-stage times, ...)."""
+    def fields(self, times: dict) -> dict:
+        """Loop-specific summary fields (``loop``, per-stage times, ...); ``times`` are the run's stage
+        seconds so far (stage -> seconds, every session's)."""
 
     def cost_split(self) -> dict:
         """The per-update cost split of the loop's pieces, measured after training
         (:func:`accerl_jax.loops.pieces.cost_split`: FLOPs always, seconds with ``--cost-split``), or {}
         where they cannot be split."""
 
-    def close(self) -> None:
-        """Release what the stepper holds (threads); called once, also after an exception."""
+    def close(self) -> Events:
+        """Release what the stepper holds (threads); called once, also after an exception. Returns what
+        happened after the last step (e.g. worker threads' last seconds), for the driver to record."""
 
 
 def seed_monitors(run: Run) -> list[Monitor]:
@@ -178,8 +212,8 @@ class Driver:
         return update % self.run.cfg.log_every == 0 or update == self.run.num_updates
 
     # -- the life ----------------------------------------------------------------------------------------
-    def drive(self, stepper: Stepper, trained: dict | None = None) -> dict:
-        """Run ``stepper`` to the budget, a stop or a failure; return the run's summary.
+    def drive(self, stepper: Stepper) -> Result:
+        """Run ``stepper`` to the budget, a stop or a failure; return the run's summary and final state.
 
         Raises:
           accerl_jax.signals.Interrupted: a signal before the first update of this session finished.
@@ -195,22 +229,35 @@ class Driver:
             self.stopped = "interrupted"
         except BaseException:
             self.stop.deferring = True
-            stepper.close()
+            self._record(stepper.close())
             self._fail()
             raise
         self.stop.deferring = True  # saving and summarising are never cut short by another signal
-        stepper.close()
+        self._record(stepper.close())
         if self.stopped is None and self.stop.requested is not None:
             self.stopped = "interrupted"
         if self.stopped == "interrupted" and self.completed == run.start_update:
             self._release()  # interrupted before the first update of this session: nothing to save
             raise Interrupted(self.stop.requested)
-        return self._finish(trained)
+        return self._finish()
+
+    def _record(self, events: Events) -> None:
+        """Write what happened besides the updates: stage seconds, auto decisions and logged refreshes
+        (at the env steps counted so far)."""
+        monitor = self.run.monitor
+        for stage, seconds in events.stage_s.items():
+            monitor.add_time(stage, seconds)
+        for decision in events.decisions:
+            monitor.log_decision(decision)
+        for r in events.refreshes:
+            for k, m in enumerate(self.monitors):
+                m.log_refresh(r.update, r.divergence[k])
 
     def _take(self, step: Step) -> None:
         run = self.run
         if self.startup_s is None:
             self.startup_s = clock.process_age()
+        self._record(step.events)
         for k, m in enumerate(self.monitors):
             e = step.episodes[k]
             steps = step.updates * run.steps_per_update
@@ -225,21 +272,25 @@ class Driver:
             where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
             self.stopped = "diverged"
             self.stop_reason = guard_lib.stop_reason(b.quantity, b.update, step.metrics[b.seed], where, b.streak)
-            self._log(step.update, step.refreshed)
+            self._log(step.update, step.refresh)
             return
         self.snapshot = step.snapshot
         if self.row_due(step.update):
-            self._log(step.update, step.refreshed)
+            self._log(step.update, step.refresh)
         else:
             for m in self.monitors:
                 m.progress()
         if run.cfg.checkpoint_every and step.update % run.cfg.checkpoint_every == 0:
             self.save(step.update)
 
-    def _log(self, update: int, refreshed: bool) -> None:
+    def _log(self, update: int, refresh: Optional[list]) -> None:
+        """The Monitor rows of ``update`` (each seed's, and the run's summary of them), with the step's
+        ``refresh`` divergences (per seed) logged first."""
         run = self.run
         extra = self.stepper.row(update)
-        refresh = self.stepper.refresh() if refreshed else []
+        env_s = self.stepper.env_seconds(update)
+        if env_s is not None:  # a fused actor's calibrated env share of its time
+            run.monitor.set_env_time(min(env_s, run.monitor.times["actor"]))
         rows = []
         for k, m in enumerate(self.monitors):
             if refresh:
@@ -302,7 +353,7 @@ class Driver:
                 "compile_cache_hits": now["hits"] - self.cache_before["hits"],
                 "compile_cache_misses": now["misses"] - self.cache_before["misses"]}
 
-    def _finish(self, trained: dict | None) -> dict:
+    def _finish(self) -> Result:
         """Save and log the last update, measure the policy speed, close, and write the summary."""
         run, stepper = self.run, self.stepper
         final = stepper.final()
@@ -310,7 +361,7 @@ class Driver:
             if self.stopped != "diverged" and run.saver.last_step != self.completed:
                 self.save(self.completed)
             if self.logged != self.completed:  # an interrupted run's last updates get their row too
-                self._log(self.completed, False)
+                self._log(self.completed, None)
             f0 = final[0]
             measure = self.stopped is None and run.writer and f0.obs is not None
             report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
@@ -323,10 +374,15 @@ class Driver:
             report = unmeasured_speed(run)
         finally:
             self._close_outputs()
-        if trained is not None and final[0].obs is not None:
-            trained.update(learner_params=final[0].learner.params, actor_params=final[0].actor_params,
-                           obs=final[0].obs.reshape((-1,) + tuple(run.info.obs_shape)))
-        fields = stepper.fields()
+        f0 = final[0]
+        summary = self._summary(final, report)
+        obs = None if f0.obs is None else f0.obs.reshape((-1,) + tuple(run.info.obs_shape))
+        return Result(summary, f0.learner.params, f0.actor_params, obs)
+
+    def _summary(self, final: list, report: dict) -> dict:
+        """Write the summary (each seed's too) and return the run's."""
+        run, stepper = self.run, self.stepper
+        fields = stepper.fields(dict(run.monitor.times))
         skipped = stepper.extra().get("skipped_updates", 0)
         skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
         if self.stopped is None and self.completed > 0 and 2 * max(skipped) > self.completed:
@@ -348,9 +404,7 @@ class Driver:
         seed_scope = (f"per seed: this seed's env steps / the whole run's wall_time_s ({seeds} seeds ran together; "
                       f"{WHOLE_RUN})")
         for k, m in enumerate(self.monitors):
-            seed_run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, seed=run.cfg.seed + k), monitor=m,
-                                           logdir=m.logdir, lock=_NoLock())
-            per_seed.append(summarize(seed_run, state=final[k].learner, actor_params=final[k].actor_params,
+            per_seed.append(summarize(run, seed=k, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
                                       last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
@@ -364,13 +418,6 @@ class Driver:
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
                                 for p in per_seed], **common)
-
-
-class _NoLock:
-    """A seed's summary releases no lock: the run's lock is released by the run's own summary."""
-
-    def release(self) -> None:
-        pass
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
@@ -398,13 +445,18 @@ WHOLE_RUN = "the whole run: setup, compilation, training and the final measureme
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
               stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
-              **fields) -> dict:
-    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock.
+              seed: int | None = None, **fields) -> dict:
+    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock; with
+    ``seed`` (an index of ``--num-seeds``), that seed's summary instead, from its own Monitor
+    (``run.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
 
     ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
     Returns the summary dict (see README, "Outputs").
     """
-    cfg, info, monitor, saver = run.cfg, run.info, run.monitor, run.saver
+    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.monitor, run.saver, run.logdir
+    if seed is not None:
+        cfg, monitor = dataclasses.replace(cfg, seed=cfg.seed + seed), monitor.seeds[seed]
+        logdir = monitor.logdir
     times = monitor.times
     wall = time.perf_counter() - run.wall_start
     final = jax.device_get(metrics)
@@ -467,7 +519,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "learner_params_digest": params_digest(state.params),
         "actor_params_digest": params_digest(actor_params),
         "backend": jax.default_backend(),
-        "logdir": run.logdir,
+        "logdir": logdir,
         "config": dataclasses.asdict(cfg),
         **speed_report,
         **fields,
@@ -475,5 +527,6 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     if run.writer:  # multi-host: only process 0's outputs are kept
         monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
-    run.lock.release()
+    if seed is None:
+        run.lock.release()
     return summary

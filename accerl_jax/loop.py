@@ -48,7 +48,10 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
                 if vote is not None:  # the other processes stop with it, before writing anything
                     vote.refuse(str(err))
                 raise
-            summary = Driver(run, stop, claimed, entered).drive(STEPPERS[run.plan.loop](run), trained)
+            result = Driver(run, stop, claimed, entered).drive(STEPPERS[run.plan.loop](run))
+            summary = result.summary
+            if trained is not None and result.obs is not None:
+                trained.update(learner_params=result.learner_params, actor_params=result.actor_params, obs=result.obs)
             if not run.writer:  # multi-host processes other than 0 keep no files
                 shutil.rmtree(run.logdir, ignore_errors=True)
                 summary["logdir"] = None

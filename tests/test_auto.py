@@ -62,10 +62,16 @@ def _rollout(log_prob_shift: float = 0.0) -> Rollout:
                    bootstrap_obs=OBS[-1:], episode_return=zeros, episode_length=zeros.astype(jnp.int32))
 
 
+def _adapt(comp, update, params, state, actor_params, rollout, since=None):
+    """The sequential loop's call: the triggers measured on ``rollout``."""
+    measure = comp.rollout_measure(params, actor_params, state, rollout)
+    return comp.adapt(update, params, state, actor_params, rollout.obs, measure, since)
+
+
 def _first_decision(comp):
     actor_params, state = comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])
     actor_params, state = comp.compress(PARAMS, state, OBS.reshape(-1, 4))
-    return comp.adapt(1, PARAMS, state, actor_params, _rollout())
+    return _adapt(comp, 1, PARAMS, state, actor_params, _rollout())
 
 
 def test_tiny_bound_picks_the_uncompressed_policy(shared):
@@ -105,27 +111,27 @@ def test_triggers_clipping_divergence_and_periodic(shared):
     actor_params, state, decision = _first_decision(comp)
     assert comp.running(state) == "none"
     # Not a check update (3 % 2), nothing due: no evaluation.
-    assert comp.adapt(3, PARAMS, state, actor_params, _rollout())[2] is None
+    assert _adapt(comp, 3, PARAMS, state, actor_params, _rollout())[2] is None
     # Check update, on-policy rollout: KL 0 and no ρ clipped -> no evaluation.
-    assert comp.adapt(4, PARAMS, state, actor_params, _rollout())[2] is None
+    assert _adapt(comp, 4, PARAMS, state, actor_params, _rollout())[2] is None
     # Behaviour log-probs lower by 0.5: every ρ = e^0.5 > 1.1 -> the clipping trigger.
     assert np.exp(0.5) > CLIP_MARGIN
-    assert comp.adapt(2, PARAMS, state, actor_params, _rollout(-0.5))[2] is None  # within the cooldown (2)
-    _, kept_state, d = comp.adapt(4, PARAMS, state, actor_params, _rollout(-0.5))
+    assert _adapt(comp, 2, PARAMS, state, actor_params, _rollout(-0.5))[2] is None  # within the cooldown (2)
+    _, kept_state, d = _adapt(comp, 4, PARAMS, state, actor_params, _rollout(-0.5))
     assert d["trigger"] == "clipping" and d["measured"]["clip_fraction_margin"] == 1.0 and "of rho above" in d["reason"]
     # `none` runs within the bound: only the faster candidates can replace it, and are evaluated (both here).
     assert d["evaluated"] == ["none", "distill:tiny", "int8"]
     # The choice stood: the next trigger waits twice as long (4 updates), while ρ stays clipped.
     assert not d["switched"] and int(kept_state.cooldown) == 4 and d["next_trigger_cooldown"] == 4
-    assert comp.adapt(6, PARAMS, kept_state, actor_params, _rollout(-0.5))[2] is None
-    d = comp.adapt(8, PARAMS, kept_state, actor_params, _rollout(-0.5))[2]
+    assert _adapt(comp, 6, PARAMS, kept_state, actor_params, _rollout(-0.5))[2] is None
+    d = _adapt(comp, 8, PARAMS, kept_state, actor_params, _rollout(-0.5))[2]
     assert d["trigger"] == "clipping" and d["next_trigger_cooldown"] == 5  # doubled, capped at `every`
     # Every `every` (5) updates since the last evaluation (update 1): periodic.
-    assert comp.adapt(6, PARAMS, state, actor_params, _rollout())[2]["trigger"] == "periodic"
+    assert _adapt(comp, 6, PARAMS, state, actor_params, _rollout())[2]["trigger"] == "periodic"
     # Running a student whose KL exceeds the bound: the divergence trigger switches back to `none`.
     student_state = state._replace(current=jnp.int32(1))
     student_params, student_state = comp.compress(PARAMS, student_state, OBS.reshape(-1, 4))
-    params, new_state, d = comp.adapt(4, PARAMS, student_state, student_params, _rollout())
+    params, new_state, d = _adapt(comp, 4, PARAMS, student_state, student_params, _rollout())
     assert d["trigger"] == "divergence" and d["previous"] == "distill:tiny" and d["chosen"] == "none"
     assert d["evaluated"] == ["none", "distill:tiny", "int8"]  # over the bound: every candidate is evaluated
     assert d["switched"] and list(params) == ["none"] and int(new_state.last_evaluation) == 4
@@ -143,16 +149,16 @@ def test_evaluation_warms_only_candidates_that_can_win(shared):
     assert state.states[candidate_key("int8")] is None
     assert "not evaluated (slower than distill:tiny" in decision["reason"]
     # Periodic (every = 5) while running the fastest within the bound: no evaluation, no decision.
-    params, skipped_state, d = comp.adapt(6, PARAMS, state, actor_params, _rollout())
+    params, skipped_state, d = _adapt(comp, 6, PARAMS, state, actor_params, _rollout())
     assert d is None and comp.skipped_evaluations == 1 and params is actor_params
     assert int(skipped_state.last_evaluation) == 6 and comp.running(skipped_state) == "distill:tiny"
-    assert comp.adapt(7, PARAMS, skipped_state, actor_params, _rollout())[2] is None  # the period restarted
+    assert _adapt(comp, 7, PARAMS, skipped_state, actor_params, _rollout())[2] is None  # the period restarted
     # Running int8 (between tiny and none): only distill:tiny is faster, so only it is warmed and measured.
     s8 = comp.candidates[2].init(PARAMS, jax.random.PRNGKey(4), OBS[0])[1]
     int8_state = state._replace(current=jnp.int32(2), states={**state.states, candidate_key("int8"): s8})
     int8_params, int8_state = comp.compress(PARAMS, int8_state, OBS.reshape(-1, 4))
     student = int8_state.states[candidate_key("distill:tiny")]
-    _, new_state, d = comp.adapt(6, PARAMS, int8_state, int8_params, _rollout())
+    _, new_state, d = _adapt(comp, 6, PARAMS, int8_state, int8_params, _rollout())
     assert d["trigger"] == "periodic" and d["evaluated"] == ["distill:tiny", "int8"] and "none" not in d["candidates"]
     assert d["chosen"] == "distill:tiny" and d["switched"] and "not evaluated (slower than distill:tiny" in d["reason"]
     # The student was warmed (its distillation state moved on); `none`'s state was not touched.
@@ -170,12 +176,12 @@ def test_init_is_pure_and_checks_follow_crossed_multiples(shared):
     try:
         actor_params, state = jax.jit(comp.init)(PARAMS, jax.random.PRNGKey(3), OBS[0])
         assert state.init_keys.shape == (3, 2) and list(actor_params) == ["none"]
-        actor_params, state, d = comp.adapt(1, PARAMS, state, actor_params, _rollout())
+        actor_params, state, d = _adapt(comp, 1, PARAMS, state, actor_params, _rollout())
         assert d["trigger"] == "initial" and d["chosen"] == "distill:tiny"
-        assert comp.adapt(2, PARAMS, state, actor_params, _rollout())[2] is None  # within the cooldown (2)
-        assert comp.adapt(5, PARAMS, state, actor_params, _rollout(), since=4)[2] is None  # no multiple of 2 crossed
+        assert _adapt(comp, 2, PARAMS, state, actor_params, _rollout())[2] is None  # within the cooldown (2)
+        assert _adapt(comp, 5, PARAMS, state, actor_params, _rollout(), since=4)[2] is None  # no multiple of 2 crossed
         assert comp.skipped_evaluations == 0
-        _, state, d = comp.adapt(5, PARAMS, state, actor_params, _rollout(), since=3)
+        _, state, d = _adapt(comp, 5, PARAMS, state, actor_params, _rollout(), since=3)
         assert d is None and comp.skipped_evaluations == 1  # measured: clipping fired; the fastest already runs
         assert int(state.last_evaluation) == 5
     finally:
@@ -195,12 +201,12 @@ def test_measurements_go_through_agree(shared):
     comp = auto("none,int8", SPEC, APPLY, lambda s: make_compressor(s, SPEC, APPLY), divergence=policy_divergence,
                 forward_timer=bytes_timer, max_kl=1.0, every=5, check_every=2, warmup=1, rounds=1, agree=agree)
     actor_params, state = comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])
-    _, state, d = comp.adapt(1, PARAMS, state, actor_params, _rollout())
+    _, state, d = _adapt(comp, 1, PARAMS, state, actor_params, _rollout())
     assert d["chosen"] == "int8"  # fewer bytes: faster, and within the bound
     assert ["base", "candidates"] in seen and ["agreement", "kl"] in seen and ["clip_fraction", "clip_fraction_margin"] in seen
     comp.agree = lambda tree: dict(tree, kl=99.0) if "agreement" in tree else tree
     comp.forward_s.clear()
-    _, _, d = comp.adapt(1, PARAMS, comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])[1], {"none": PARAMS}, _rollout())
+    _, _, d = _adapt(comp, 1, PARAMS, comp.init(PARAMS, jax.random.PRNGKey(3), OBS[0])[1], {"none": PARAMS}, _rollout())
     assert d["chosen"] == "none" and d["candidates"]["int8"]["kl"] == 99.0
 
 
@@ -250,14 +256,14 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     from accerl_jax.loops import anakin
 
     monkeypatch.setattr(speed, "forward_timer", bytes_timer)
-    decide = AutoCompressor.decide
+    adapt = AutoCompressor.adapt
 
-    def scheduled_decide(self, update, *args):
+    def scheduled_adapt(self, update, *args):
         self.max_kl = 1e-12 if 10 <= update < 20 else 1e9
         self.max_clip_fraction = -1.0 if update >= 20 else 1.0
-        return decide(self, update, *args)
+        return adapt(self, update, *args)
 
-    monkeypatch.setattr(AutoCompressor, "decide", scheduled_decide)
+    monkeypatch.setattr(AutoCompressor, "adapt", scheduled_adapt)
     chunks: list = []
     real = anakin.AutoChunks
     monkeypatch.setattr(anakin, "AutoChunks", lambda run: chunks.append(real(run)) or chunks[-1])

@@ -31,14 +31,16 @@ the update), ``every`` updates have passed since the last one (``periodic``), or
 keeps the running candidate (otherwise the clipping trigger can fire at nearly every check while the
 choice stands, and the evaluations dominate the run's time). Each evaluation returns a *decision* (a dict: trigger, chosen and previous
 candidate, whether it switched, a one-line ``reason``, the candidates ``evaluated`` and their
-measurements), which the loop hands to the Monitor.
+measurements), which the loop yields in its next step for the driver to log.
 
-Two loop hooks: :meth:`AutoCompressor.adapt` (the sequential loop, once per learner update after
-``compress``; the Sebulba compressor thread, after each learner version it compresses; the triggers
-measured every ``check_every`` updates) and :meth:`AutoCompressor.decide`
-(the Anakin loop, :class:`accerl_jax.loops.anakin.AutoChunks`; at chunk boundaries, with the triggers'
-statistics measured inside the chunk's program: :meth:`AutoCompressor.clip_fractions`, and the KL of
-the freshest policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidate`).
+One loop hook, :meth:`AutoCompressor.adapt`, called by every loop through the same wiring
+(:class:`accerl_jax.loops.auto.AutoControl`) after the running candidate's compression: the sequential
+loop once per learner update, the Sebulba compressor thread after each learner version it compresses
+(the triggers measured every ``check_every`` updates, on the update's rollout:
+:meth:`AutoCompressor.rollout_measure`), the Anakin loop at chunk boundaries (the triggers' statistics
+measured inside the chunk's program: :meth:`AutoCompressor.clip_fractions`, and the KL of the freshest
+policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidate`,
+:class:`accerl_jax.loops.anakin_auto.AutoChunks`).
 
 Actor parameters are ``{candidate key: that candidate's actor params}`` with a single entry, so switching
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,
@@ -250,63 +252,67 @@ class AutoCompressor:
             return "clipping"
         return None
 
-    def adapt(self, update: int, params, state: AutoState, actor_params, rollout: Rollout, rho_params=None,
-              obs=None, since: int | None = None):
-        """The sequential and Sebulba loops' hook, called after a compression: check the triggers and,
-        when one fires, evaluate the candidates (:meth:`_evaluate`) and choose. The running policy's KL
-        and ρ clipping are measured when a multiple of ``check_every`` updates lies in ``(since, update]``,
-        once the cooldown has passed.
+    def adapt(self, update: int, params, state: AutoState, actor_params, obs, measure: Callable[[bool], dict],
+              since: int | None = None):
+        """The one hook of every loop (:class:`accerl_jax.loops.auto.AutoControl`), called after the
+        running candidate's compression: check the triggers and, when one fires, evaluate the candidates
+        (:meth:`_evaluate`) and choose.
+
+        The running policy's statistics are asked of ``measure`` only when a trigger may need them: with
+        ``kl=True`` when the triggers are checked (the cooldown has passed, and a multiple of
+        ``check_every`` lies in ``(since, update]``), with ``kl=False`` for the record of a decision whose
+        trigger needed none (``initial``, ``periodic``).
 
         Args:
-          update: the learner update just completed (1-based).
-          params: the learner parameters after it; ``actor_params`` were compressed from them.
-          rollout: ``[T, B, ...]`` the rollout it trained on; its observations are the current ones.
-          rho_params: the learner parameters the update computed ρ with (default ``params``).
-          obs: ``[T, B, ...]`` the observations to measure and warm on (default ``rollout.obs``; with
-            several processes the global batch's, so that every process warms its candidates alike).
-          since: the update of the previous call (default ``update - 1``; the Sebulba compressor thread
-            skips versions).
+          update: the learner update just completed (1-based; 0: before the first, the Anakin loop's
+            first chunk, when only ``initial`` can fire).
+          params: the learner parameters after it; ``actor_params`` (``{key: params}`` of the running
+            candidate) were compressed from them or from a recent version (``--compress-every``).
+          obs: ``[K, B, *obs_shape]`` the observations to measure and warm on (the last rollout's, or
+            ``K = 1`` reset ones; with several processes the global batch's, so that every process warms
+            its candidates alike).
+          measure: ``kl -> {"kl", "clip_fraction", "clip_fraction_margin"}`` of the running policy (KL
+            (π_learner ‖ π_running) in nats, and the ρ clipping of the last update's rollout; ``kl``
+            False: the KL may be left out); {} where nothing is measured (before the first update).
+          since: the update of the previous call (the Sebulba compressor thread skips versions);
+            default ``update - 1``; ``update - check_every`` makes every call a check (the Anakin loop's
+            chunk boundaries).
 
         Returns:
           ``(actor_params, state, decision)``; ``decision`` is None when no evaluation ran (or it was
           skipped as having nothing to gain).
         """
-        rho_params = params if rho_params is None else rho_params
-        obs = rollout.obs if obs is None else obs
         since = update - 1 if since is None else since
         trigger, measured = self._trigger(update, state, {}), {}
         if trigger is None and update // self.check_every > since // self.check_every and self.check_due(update, state):
-            held = obs.reshape((-1,) + obs.shape[2:])[: self.samples]
-            i = int(state.current)
-            div = self.divergence(self._learner_logits(params, held), self._logits[i](actor_params[self.keys[i]], held))
-            measured = self.agree({"kl": float(div["kl_learner_actor"]), **self._clipping(rho_params, rollout)})
+            measured = measure(True)
+            measured = self.agree(measured) if measured else measured
             trigger = self._trigger(update, state, measured)
         if trigger is None:
             return actor_params, state, None
         if not measured:
-            measured = self.agree(self._clipping(rho_params, rollout))
+            measured = measure(False)
+            measured = self.agree(measured) if measured else measured
         return self._evaluate(update, params, state, actor_params, obs, trigger, measured)
 
-    def decide(self, update: int, params, state: AutoState, actor_params, obs, measured: dict):
-        """The Anakin loop's hook at a chunk boundary: :meth:`adapt` with the running policy's statistics
-        measured by the caller (inside the chunk's program, on its last update).
+    def rollout_measure(self, params, actor_params, state: AutoState, rollout: Rollout, obs=None,
+                        rho_params=None) -> Callable[[bool], dict]:
+        """:meth:`adapt`'s ``measure`` from a ``[T, B]`` ``rollout`` (the sequential and Sebulba loops): KL
+        of the running candidate's ``actor_params`` on up to ``samples`` of ``obs`` (default
+        ``rollout.obs``), and the ρ clipping of the rollout with π the learner at ``rho_params`` (the
+        parameters the update computed ρ with; default ``params``)."""
+        obs = rollout.obs if obs is None else obs
+        rho_params = params if rho_params is None else rho_params
 
-        Args:
-          update: learner updates completed (0: before the first; then only ``initial`` can fire).
-          params: the learner parameters after ``update``; ``actor_params`` (``{key: params}`` of the
-            running candidate) were compressed from them or from a recent version (``--compress-every``).
-          obs: ``[K, B, *obs_shape]`` current observations (the last rollout's, or ``K = 1`` reset ones).
-          measured: ``kl`` (KL(π_learner ‖ π_running), nats), ``clip_fraction`` and
-            ``clip_fraction_margin`` of the last update's rollout; empty before the first update.
+        def measure(kl: bool) -> dict:
+            if not kl:
+                return self._clipping(rho_params, rollout)
+            held = obs.reshape((-1,) + obs.shape[2:])[: self.samples]
+            i = int(state.current)
+            div = self.divergence(self._learner_logits(params, held), self._logits[i](actor_params[self.keys[i]], held))
+            return {"kl": float(div["kl_learner_actor"]), **self._clipping(rho_params, rollout)}
 
-        Returns:
-          ``(actor_params, state, decision)`` as :meth:`adapt`.
-        """
-        measured = self.agree(measured) if measured else measured
-        trigger = self._trigger(update, state, measured if self.check_due(update, state) else {})
-        if trigger is None:
-            return actor_params, state, None
-        return self._evaluate(update, params, state, actor_params, obs, trigger, measured)
+        return measure
 
     def _clipping(self, params, rollout) -> dict:
         """``clip_fraction``: share of valid steps with ρ > ρ̄ (clipped by the learner);

@@ -19,7 +19,8 @@ chunk's own.
 
 ``--num-seeds N`` trains N independent seeds (``--seed + k``) at once: the chunk is ``vmap``-ed over a
 leading seed axis of the state. ``--compressor auto`` (one seed) takes its decisions between chunks
-(:class:`~accerl_jax.loops.anakin_auto.AutoChunks`).
+(:class:`~accerl_jax.loops.anakin_auto.AutoChunks`, through the wiring every loop shares,
+:class:`~accerl_jax.loops.auto.AutoControl`).
 """
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ import numpy as np
 
 from accerl_jax import checkpoint
 from accerl_jax.actor import AnakinActor
-from accerl_jax.driver import Bad, Episodes, Final, Step
+from accerl_jax.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
 from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
-from accerl_jax.loops import pieces
+from accerl_jax.loops import pieces, shared
 from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
 from accerl_jax.run import Run
 
@@ -96,8 +97,7 @@ class AnakinStepper:
     def _snapshot(self, s: AnakinState, completed: int) -> checkpoint.TrainState:
         # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
         n = min(completed, self.run.cfg.policy_lag) + 1
-        return checkpoint.TrainState(s.learner, s.actor_params[self.lag - n:], s.compressor,
-                                     checkpoint.host_key_only(s.carry, self.run.info.jittable))
+        return shared.snapshot(self.run, s.learner, s.actor_params[self.lag - n:], s.compressor, carry=s.carry)
 
     def steps(self, driver):
         run, seeds = self.run, self.seeds
@@ -139,9 +139,13 @@ class AnakinStepper:
                 seed_k = int(np.argmax(bad_seeds == bad_update))
                 bad = Bad(quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k])), bad_update, seed_k,
                           MAX_SKIP_STREAK + 1 if run.cfg.on_nan == "skip" else 0)
+            refreshed = bool(np.any(out.refreshed[..., :last]))
+            refresh = [_seed(chunk_end, k, seeds).refresh_divergence for k in range(seeds)] if refreshed else None
+            # --compressor auto: the decisions taken for the chunks dispatched so far (AutoChunks).
+            decisions = self.chunk_fn.control.take_decisions() if run.plan.auto else ()
             yield Step(completed, last, metrics, [chunk_episodes(o, last) for o in outs],
-                       None if bad else self._snapshot(new_state, completed), bad,
-                       refreshed=bool(np.any(out.refreshed[..., :last])))
+                       None if bad else self._snapshot(new_state, completed), bad, refresh=refresh,
+                       events=Events(decisions=decisions))
             if hard_stop is not None:
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
@@ -150,8 +154,8 @@ class AnakinStepper:
     def _count_flops(self) -> None:
         """Start counting the pieces' FLOPs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`, for the
         summary's cost split); :meth:`_dispatch` calls it with the chunk that ends the budget: counting traces
-        and lowers the pieces, ~0.7-1.2 s of host time on a 2-core CPU, which slowed the training it ran
-        beside by about as much; from the last chunk on it overlaps the end of the run instead."""
+        and lowers the pieces, host time that slowed the training it ran beside by about as much; from the
+        last chunk on it overlaps the end of the run instead."""
         run, shapes = self.run, self.shapes
         if self.flops is not None or not run.writer or not pieces.has_pieces(run):
             return
@@ -162,8 +166,8 @@ class AnakinStepper:
         return [dict(time_fused_wait_s=self.fused_wait, **_seed(self.chunk_end, k, self.seeds).divergence)
                 for k in range(self.seeds)]
 
-    def refresh(self) -> list:
-        return [_seed(self.chunk_end, k, self.seeds).refresh_divergence for k in range(self.seeds)]
+    def env_seconds(self, update: int) -> None:
+        return None  # env stepping is not split from the fused program
 
     def extra(self) -> dict:
         skipped = self.skipped.tolist() if self.seeds > 1 else int(self.skipped)
@@ -179,7 +183,7 @@ class AnakinStepper:
             out.append(Final(learner, actor_params, obs))
         return out
 
-    def fields(self) -> dict:
+    def fields(self, times: dict) -> dict:
         cfg = self.run.cfg
         return dict(loop="anakin", fused_wait_s=self.fused_wait, num_seeds=self.seeds,
                     policy_lag_versions=self.lag_versions,
@@ -201,5 +205,6 @@ class AnakinStepper:
         return pieces.cost_split(run, s.learner, s.actor_params[0], s.compressor, s.carry, timed=run.cfg.cost_split,
                                  flops=flops)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> Events:
+        # A decision for a chunk dispatched after the last step (a hard stop while dispatching).
+        return Events(decisions=self.chunk_fn.control.take_decisions() if self.run.plan.auto else ())

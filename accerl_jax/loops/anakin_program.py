@@ -24,6 +24,7 @@ from accerl_jax import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax import guard as guard_lib
 from accerl_jax.guard import FINITE
+from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
 
 
@@ -71,7 +72,7 @@ def make_update_step(run: Run, with_rollout: bool = False):
     cfg, compressor, info = run.cfg, run.compressor, run.info
     # run.teacher_update: the learner's own outputs at the rollout's observations go to the compressor as
     # its teacher's (distillation then needs no second forward pass of the teacher).
-    guarded = guard_lib.guard_update(run.update if run.teacher_update is None else run.teacher_update, cfg.on_nan)
+    guarded = guard_lib.guard_update(learner_update(run), cfg.on_nan)
     every = cfg.compress_every
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
@@ -155,15 +156,15 @@ def make_chunk(run: Run, clipping: Callable | None = None):
     """The jitted chunk ``(AnakinState, active) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``: one
     ``lax.scan`` of ``C =`` :func:`chunk_length` steps of which the first ``active`` ([] int32, traced)
     run an update and the rest leave the state as it is (their outputs are zeros), so that a chunk cut
-    short (the budget's end, a resume between boundaries) reuses the one compiled program (compiling a
-    second length cost ~24 s on a loaded 2-core CPU). Vmapped over the seed axis for ``--num-seeds`` > 1.
+    short (the budget's end, a resume between boundaries) reuses the one compiled program (a second
+    length would compile it again). Vmapped over the seed axis for ``--num-seeds`` > 1.
 
     The state is placed on :func:`state_sharding` ``(run)`` before each call (a no-op for the state a
     chunk returned) and the returned state is put there too, so that every call hits the same compiled
-    program (different shardings compile the program a second time: measured ~9 s on a loaded 2-core
-    CPU). With several local devices the env groups (carry) are sharded along the batch axis, the actor
-    steps each device's own under ``shard_map`` and the learner's update is data-parallel over the same
-    mesh: the rollouts and, to float tolerance, the updates equal one device's for the same global batch.
+    program (different shardings compile the program a second time). With several local devices the env
+    groups (carry) are sharded along the batch axis, the actor steps each device's own under
+    ``shard_map`` and the learner's update is data-parallel over the same mesh: the rollouts and, to float
+    tolerance, the updates equal one device's for the same global batch.
 
     ``clipping(params, rollout) -> (clipped, beyond)`` ([] float32 each; ``--compressor auto``'s
     :meth:`~accerl_jax.compressor.auto.AutoCompressor.clip_fractions`), if given, is measured on the
@@ -176,7 +177,7 @@ def make_chunk(run: Run, clipping: Callable | None = None):
 
     def chunk(state: AnakinState, active):
         # The idle branch returns zeros shaped like the update's outputs. Tracing the update is most of
-        # building the program (~0.4 s of every run's start-up here), so its output shapes are recorded
+        # building the program (part of every run's start-up), so its output shapes are recorded
         # while the cond traces it (JAX traces the true branch first) instead of tracing it a second time.
         shapes = []
 

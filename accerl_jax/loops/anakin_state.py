@@ -12,6 +12,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks, xla
 from accerl_jax.guard import FINITE
 from accerl_jax.loops.anakin_program import AnakinState, state_sharding
+from accerl_jax.loops.shared import resumed_carry
 from accerl_jax.run import Run, policy_versions
 
 
@@ -49,8 +50,7 @@ def restored_state(run: Run, skipped) -> AnakinState:
     ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
     cfg, completed = run.cfg, run.start_update
     learner, lagged, comp_state, carry = run.restored
-    if not run.info.jittable:  # host (envpool) envs cannot be saved: they restart, the actor's key continues
-        carry = run.actor.reset(run.k_actor)._replace(key=carry)
+    carry = resumed_carry(run, carry)  # host (envpool) envs restart; the actor's key continues
     lag = cfg.policy_lag + 1
     lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
     versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax import cost
+from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import Run, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
@@ -53,7 +54,7 @@ def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
         raise ValueError("this run's update has no separable pieces (envpool, several processes, "
                          "--compressor auto or --distill-async)")
     reuse = run.teacher_update is not None
-    update = run.teacher_update if reuse else run.update
+    update = learner_update(run)
     actor_flops, (_, rollout_shape) = cost.flops_and_shape(run.actor.rollout_fn, actor_params, carry)
     if run.cfg.compressor == "none":  # the actor runs the learner's own policy
         uncompressed_flops = actor_flops
@@ -76,7 +77,7 @@ def _flat_obs(obs) -> jax.ShapeDtypeStruct:
 
 class BackgroundFlops:
     """:func:`count_flops` in a daemon thread, so that a loop can count while its program runs instead of
-    after it (tracing and lowering the pieces takes about a second of host time). The Anakin loop starts
+    after it (tracing and lowering the pieces takes host time). The Anakin loop starts
     it with the chunk that ends the budget: started with the first chunk, it slowed the training it ran
     beside by about as much as it took. Pass ``jax.ShapeDtypeStruct`` trees: arrays the program may take
     over (donated buffers) must not be read by the thread. :meth:`result` waits for it."""
@@ -130,7 +131,7 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
     shares = split["flops"]
     if timed:
         reuse = run.teacher_update is not None
-        update = run.teacher_update if reuse else run.update
+        update = learner_update(run)
         roll_c = jax.jit(run.actor.rollout_fn)
         roll_u = jax.jit(run.actor_for(run.learner_apply).rollout_fn)
         compress_c = jax.jit(_compress_fn(run))

@@ -43,12 +43,15 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from accerl_jax import checkpoint
 from accerl_jax import learner as learner_lib
 from accerl_jax.async_actor import AsyncActor
+from accerl_jax.clock import StageClock
 from accerl_jax.config import Config
-from accerl_jax.driver import Bad, Episodes, Final, Step
+from accerl_jax.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv, envpool_seed
 from accerl_jax.guard import UpdateGuard
+from accerl_jax.loops import shared
+from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.sebulba_compress import compress_loop
-from accerl_jax.loops.sebulba_threads import Clock, Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
+from accerl_jax.loops.sebulba_threads import Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
 from accerl_jax.run import DIVERGENCE_SAMPLES, Run, teacher_kwargs
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
@@ -70,10 +73,7 @@ class SebulbaStepper:
     def __init__(self, run: Run):
         self.run = run
         cfg = run.cfg
-        # run.teacher_update: the learner's outputs at the rollout's observations go to the compressor thread
-        # as its teacher's (no second forward pass of the teacher in distillation).
-        update = run.update if run.teacher_update is None else run.teacher_update
-        self.guard = UpdateGuard(update, cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
+        self.guard = UpdateGuard(shared.learner_update(run), cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
         mesh = run.mesh  # with --actor-device cpu-apart on XLA:CPU, every local device but cpu:0
         self.actor_device = mesh.devices.flat[0] if cfg.actor_device == "learner" else jax.devices("cpu")[0]
@@ -82,12 +82,14 @@ class SebulbaStepper:
                                  if self.per_thread % mesh.devices.size == 0 else mesh.devices.flat[0])
         self.rollout = None
         self.lags: list[int] = []
-        self.failure, self.stopping, self.clock = Failure(), threading.Event(), Clock()
-        self.put_wait = Clock()  # seconds the actor threads waited for room in the queue (the learner is behind)
-        self.compress_wait = Clock()  # seconds the learner waited for the compressor (> one update behind)
+        # Stage seconds of every thread (drained into each Step); the learner's own go to the same clock.
+        self.failure, self.stopping, self.clock = Failure(), threading.Event(), StageClock()
+        self.put_wait = StageClock()  # seconds the actor threads waited for room in the queue (the learner is behind)
+        self.compress_wait = StageClock()  # seconds the learner waited for the compressor (> one update behind)
         self.rollouts: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
-        self.refresh_logs: list = []  # (update, divergence) of every --log-every-th refresh, for the Monitor
-        self.decisions: list[dict] = []  # --compressor auto's decisions (taken in the compressor thread) not yet logged
+        self.refreshes: list = []  # Refresh records of every --log-every-th refresh (compressor thread), not yet yielded
+        # --compressor auto's one wiring; its decisions are taken in the compressor thread.
+        self.auto = AutoControl(run.compressor) if run.plan.auto else None
         self.workers: list[threading.Thread] = []
 
     def _start(self) -> None:
@@ -96,7 +98,7 @@ class SebulbaStepper:
             state, base_key = run.state, run.k_actor
             # The first observations calibrate int8's activation ranges.
             _, first_obs = run.env.reset()
-            with run.monitor.time("compress"):  # on the learner's devices, where its parameters live
+            with self.clock.time("compress"):  # on the learner's devices, where its parameters live
                 actor_params, comp_state = run.compressor.init(state.params, run.k_comp, jnp.asarray(first_obs))
                 jax.block_until_ready(actor_params)
         else:
@@ -111,7 +113,7 @@ class SebulbaStepper:
         self.workers = [thread(f"accerl-actor-{i}", self._actor_body(i), self.failure, self.stopping)
                         for i in range(self.threads_n)]
         compress = functools.partial(compress_loop, run, self.learner_box, self.comp_box, self.actor_box,
-                                     self._to_actor, self.stopping, self.clock, self.refresh_logs, self.decisions,
+                                     self._to_actor, self.stopping, self.clock, self.refreshes, self.auto,
                                      POLL_S)
         self.workers.append(thread("accerl-compress", compress, self.failure, self.stopping))
 
@@ -141,15 +143,12 @@ class SebulbaStepper:
 
     def _snapshot(self) -> checkpoint.TrainState:
         (params, cstate), _ = self.comp_box.item
-        return checkpoint.TrainState(self.state, (params,), cstate, self.saved_key)
+        return shared.snapshot(self.run, self.state, (params,), cstate, key=self.saved_key)
 
-    def _drain(self) -> None:
-        for stage, seconds in self.clock.drain().items():
-            self.run.monitor.add_time(stage, seconds)
-        while self.refresh_logs:
-            self.run.monitor.log_refresh(*self.refresh_logs.pop(0))
-        while self.decisions:
-            self.run.monitor.log_decision(self.decisions.pop(0))
+    def _drain(self) -> Events:
+        """What the threads measured since the last drain: stage seconds, refreshes, auto decisions."""
+        refreshes = tuple(self.refreshes.pop(0) for _ in range(len(self.refreshes)))
+        return Events(self.clock.drain(), refreshes, self.auto.take_decisions() if self.auto is not None else ())
 
     def steps(self, driver):
         try:
@@ -162,7 +161,7 @@ class SebulbaStepper:
             raise
 
     def _steps(self, driver):
-        run, monitor = self.run, self.run.monitor
+        run, clock = self.run, self.clock
         self._start()
         for w in self.workers:
             w.start()
@@ -170,43 +169,41 @@ class SebulbaStepper:
         for it in range(run.start_update + 1, run.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
-            with monitor.time("queue_wait"):  # one rollout per actor thread
+            with clock.time("queue_wait"):  # one rollout per actor thread
                 items = [take(self.rollouts, self.failure, POLL_S) for _ in range(self.threads_n)]
             parts = [item[0] for item in items]
             rollout = parts[0] if self.threads_n == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
             self.rollout = rollout
             for _, _, seconds in items:
                 for stage, sec in seconds.items():
-                    monitor.add_time(stage, sec)
+                    clock.add(stage, sec)
             lag = (it - 1) - min(item[1] for item in items)
             self.lags.append(lag)
             # Compression may overlap this update, but not fall further behind: that bounds the lag.
             self._wait_for_compression(it - 2)
             rho_params = self.state.params  # the parameters the update computes ρ with
-            with monitor.time("learner"):
+            with clock.time("learner"):
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
                 jax.block_until_ready(self.state)
             obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
             self.learner_box.publish((self.state.params, obs, teacher_kwargs(outputs, obs.shape[0]), rollout,
                                       rho_params), it)
-            self._drain()
+            events = self._drain()
             metrics = dict(metrics, policy_lag_versions=jnp.float32(lag))
             completed = it
             yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
-                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None)
+                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None, events=events)
             if bad is not None:
                 return
         if driver.keep_going(completed):  # the actor's final policy: the compression of the last update
             self._wait_for_compression(completed)
 
     def row(self, update: int) -> list:
-        run = self.run
-        held = self.rollout.obs.reshape((-1,) + run.info.obs_shape)[:DIVERGENCE_SAMPLES]
         (params, _), _ = self.comp_box.item
-        return [run.divergence(run.learner_logits(self.state.params, held), run.actor_logits(params, held))]
+        return [shared.divergence(self.run, self.state.params, params, self.rollout.obs, DIVERGENCE_SAMPLES)]
 
-    def refresh(self) -> list:
-        return []  # the compressor thread's refreshes are logged as they come (_drain)
+    def env_seconds(self, update: int) -> None:
+        return None  # the actor threads time env stepping apart
 
     def extra(self) -> dict:
         return {"env_calibration": [], "skipped_updates": self.guard.skipped}
@@ -215,8 +212,8 @@ class SebulbaStepper:
         (actor_params, _), _ = self.comp_box.item
         return [Final(self.state, actor_params, None if self.rollout is None else self.rollout.obs)]
 
-    def fields(self) -> dict:
-        cfg, times = self.run.cfg, self.run.monitor.times
+    def fields(self, times: dict) -> dict:
+        cfg = self.run.cfg
         return dict(
             loop="sebulba", actor_threads=self.threads_n, actor_batch=self.batch,
             actor_device=str(self.actor_device), queue_size=cfg.queue_size,
@@ -226,17 +223,17 @@ class SebulbaStepper:
             actor_put_wait_s=self.put_wait.drain().get("put", 0.0),
             learner_compress_wait_s=self.compress_wait.drain().get("wait", 0.0),
             stage_times_overlap=True,
-            **(self.run.compressor.summary(self.comp_box.item[0][1]) if self.run.plan.auto else {}),
+            **(self.auto.summary(self.comp_box.item[0][1]) if self.auto is not None else {}),
         )
 
     def cost_split(self) -> dict:
         return {}  # its stages are timed apart while training
 
-    def close(self) -> None:
-        """Stop the worker threads (waiting up to :data:`JOIN_S` seconds) and collect their last times."""
+    def close(self) -> Events:
+        """Stop the worker threads (waiting up to :data:`JOIN_S` seconds); returns what they measured last."""
         self.stopping.set()
         deadline = time.perf_counter() + JOIN_S
         for w in self.workers:
             if w.is_alive():
                 w.join(max(0.0, deadline - time.perf_counter()))
-        self._drain()
+        return self._drain()

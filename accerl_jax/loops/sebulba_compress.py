@@ -9,12 +9,16 @@ from typing import Callable
 
 import jax
 
-from accerl_jax.loops.sebulba_threads import Clock, Latest
+from accerl_jax.clock import StageClock
+from accerl_jax.driver import Refresh
+from accerl_jax.loops import shared
+from accerl_jax.loops.auto import AutoControl
+from accerl_jax.loops.sebulba_threads import Latest
 from accerl_jax.run import REFRESH_SAMPLES, Run
 
 
 def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: Latest, to_actor: Callable,
-                  stopping: threading.Event, clock: Clock, refresh_logs: list, decisions: list,
+                  stopping: threading.Event, clock: StageClock, refreshes: list, auto: AutoControl | None,
                   poll_s: float) -> None:
     """Run until ``stopping`` is set.
 
@@ -24,11 +28,12 @@ def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: La
       comp_box: ``((actor params, compressor state), version)`` on the learner's devices; read at start,
         published after each compression.
       actor_box: the actors' copy (``to_actor(actor params)``), published when the policy changed.
-      clock: gets the ``compress`` seconds; ``refresh_logs`` ``(version, divergence)`` of every
-        ``--log-every``-th refresh; ``decisions`` auto's decisions (the learner hands both to the Monitor).
+      clock: gets the ``compress`` seconds; ``refreshes`` a :class:`~accerl_jax.driver.Refresh` of every
+        ``--log-every``-th refresh; ``auto`` takes ``--compressor auto``'s decisions (None: another
+        compressor); the learner yields the refreshes and decisions in its steps.
     """
     (params, comp_state), seen = comp_box.item
-    refreshes = 0
+    refreshed = 0
     while not stopping.is_set():
         item = learner_box.wait_newer(seen, poll_s)
         if item is None:
@@ -36,19 +41,15 @@ def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: La
         (learner_params, obs, teacher, rollout, rho_params), version = item
         start = time.perf_counter()
         new, comp_state = run.compressor.compress(learner_params, comp_state, obs, **teacher)
-        if run.plan.auto:  # may evaluate its candidates and switch (counted as compression)
-            new, comp_state, decision = run.compressor.adapt(version, learner_params, comp_state, new, rollout,
-                                                             rho_params=rho_params, since=seen)
-            if decision is not None:
-                decisions.append(decision)
+        if auto is not None:  # may evaluate its candidates and switch (counted as compression)
+            new, comp_state, _ = auto.after_rollout(version, learner_params, comp_state, new, rollout,
+                                                    rho_params=rho_params, since=seen)
         jax.block_until_ready(new)
         clock.add("compress", time.perf_counter() - start)
         seen, previous, params = version, params, new
         if new is not previous:  # a refreshed policy: the actors get it with its version
-            refreshes += 1
-            if refreshes % run.cfg.log_every == 0:
-                held = obs[:REFRESH_SAMPLES]
-                refresh_logs.append((version, run.divergence(run.learner_logits(learner_params, held),
-                                                             run.actor_logits(new, held))))
+            refreshed += 1
+            if refreshed % run.cfg.log_every == 0:
+                refreshes.append(Refresh(version, [shared.divergence(run, learner_params, new, obs, REFRESH_SAMPLES)]))
             actor_box.publish(to_actor(new), version)
         comp_box.publish((new, comp_state), version)

@@ -1,5 +1,5 @@
 """Thread plumbing of the Sebulba stepper: the first failure of any thread, the newest value with its
-version, stage clocks that worker threads add to, and a thread that hands its exception to the learner."""
+version, and a thread that hands its exception to the learner."""
 from __future__ import annotations
 
 import queue
@@ -8,6 +8,9 @@ import time
 from typing import Callable, Iterable
 
 import jax
+
+from accerl_jax.clock import StageClock
+
 
 class Failure:
     """The first exception raised in any thread (the rest are consequences)."""
@@ -40,23 +43,6 @@ class Latest:
         with self._cond:
             self._cond.wait_for(lambda: self.item[1] > version, timeout)
             return self.item if self.item[1] > version else None
-
-
-class Clock:
-    """Stage seconds added by worker threads and drained by the learner into the Monitor."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._seconds: dict[str, float] = {}
-
-    def add(self, stage: str, seconds: float) -> None:
-        with self._lock:
-            self._seconds[stage] = self._seconds.get(stage, 0.0) + seconds
-
-    def drain(self) -> dict[str, float]:
-        with self._lock:
-            out, self._seconds = self._seconds, {}
-        return out
 
 
 class WorkerFailed(Exception):
@@ -92,8 +78,8 @@ def thread(name: str, body: Callable[[], None], failure: Failure, stopping: thre
     return threading.Thread(target=target, name=name, daemon=True)
 
 
-def feed(rollouts: Iterable, sharding, out: queue.Queue, stopping: threading.Event, clock: Clock, put_wait: Clock,
-         poll_s: float) -> None:
+def feed(rollouts: Iterable, sharding, out: queue.Queue, stopping: threading.Event, clock: StageClock,
+         put_wait: StageClock, poll_s: float) -> None:
     """An actor thread's loop: copy each ``(rollout, version, seconds)`` of ``rollouts`` to the learner's
     devices (``sharding``) and put it, with its version and stage seconds (``transfer`` added), into the
     bounded queue ``out``, looking for ``stopping`` every ``poll_s`` while the queue is full. The actor's

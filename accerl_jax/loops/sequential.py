@@ -1,5 +1,5 @@
 """The sequential stepper: actor rollout, learner update and compression as separate jitted calls, one
-after the other, each timed by the Monitor (``--loop sequential``; the baseline of
+after the other, each timed apart (``--loop sequential``; the baseline of
 ``experiments/throughput.py``). The actor runs the compressed parameters made ``--policy-lag`` updates
 before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard
 is fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuard`). It yields one
@@ -15,9 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax import checkpoint
-from accerl_jax.driver import Bad, Episodes, Final, Step
+from accerl_jax.clock import StageClock
+from accerl_jax.driver import Bad, Episodes, Events, Final, Refresh, Step
 from accerl_jax.guard import UpdateGuard
-from accerl_jax.loops import pieces
+from accerl_jax.loops import pieces, shared
+from accerl_jax.loops.auto import AutoControl
 from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, teacher_kwargs
 
 
@@ -26,41 +28,36 @@ class SequentialStepper:
 
     def __init__(self, run: Run):
         self.run = run
-        # run.teacher_update: the learner's outputs at the rollout's observations go to the compressor as
-        # its teacher's (no second forward pass of the teacher in distillation).
-        update = run.update if run.teacher_update is None else run.teacher_update
-        self.guard = UpdateGuard(update, run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
+        self.guard = UpdateGuard(shared.learner_update(run), run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.spec.family)
         self.env_calibration = list(run.extra.get("env_calibration", []))  # seconds of one env-only rollout
         self.rollout = None
         self.lag = 0
+        self.clock = StageClock()
         compress = run.compressor.compress
         if run.compressor.timed_stages:  # their own seconds (the "distill" stage); the chain blocks after each
-            compress = functools.partial(compress, timer=run.monitor.compressor_stage_time)
+            compress = functools.partial(compress, timer=self.clock.compressor_timer)
         self.compress = compress
         self.refreshes = 0  # refreshes of the actor's policy in this session
-        self.refresh_div: list = []
+        self.auto = AutoControl(run.compressor) if run.plan.auto else None  # --compressor auto's one wiring
 
     def _start(self):
-        run, monitor = self.run, self.run.monitor
+        run = self.run
         if run.resume_point is None:
             carry = run.actor.reset(run.k_actor)
-            with monitor.time("compress"):  # first observations calibrate int8's activation ranges
+            with self.clock.time("compress"):  # first observations calibrate int8's activation ranges
                 actor_params, comp_state = run.compressor.init(run.params, run.k_comp, carry.obs)
                 jax.block_until_ready(actor_params)
             return run.state, (actor_params,), comp_state, carry
         state, lagged, comp_state, carry = run.restored
-        if not run.info.jittable:  # host envs cannot be saved: they restart, the actor's key continues
-            carry = run.actor.reset(run.k_actor)._replace(key=carry)
-        return state, lagged, comp_state, carry
+        return state, lagged, comp_state, shared.resumed_carry(run, carry)
 
     def _snapshot(self) -> checkpoint.TrainState:
-        return checkpoint.TrainState(self.state, tuple(self.lagged), self.comp_state,
-                                     checkpoint.host_key_only(self.carry, self.run.info.jittable))
+        return shared.snapshot(self.run, self.state, self.lagged, self.comp_state, carry=self.carry)
 
     def steps(self, driver):
-        run, cfg, monitor = self.run, self.run.cfg, self.run.monitor
-        auto = run.plan.auto
+        run, cfg, clock = self.run, self.run.cfg, self.clock
+        auto = self.auto
         self.state, lagged, self.comp_state, self.carry = self._start()
         self.actor_params = lagged[-1]
         # The last policy_lag + 1 compressed parameter sets, oldest first; the actor runs the oldest.
@@ -71,16 +68,17 @@ class SequentialStepper:
         for it in range(run.start_update + 1, run.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
-            with monitor.time("actor"):
+            refreshes = []
+            with clock.time("actor"):
                 self.carry, rollout, actor_times = run.actor.rollout(self.lagged[0], self.carry)
                 jax.block_until_ready(rollout)
             self.rollout = rollout
             for stage in ("env", "inference"):
                 if f"{stage}_time_s" in actor_times:
-                    monitor.add_time(stage, actor_times[f"{stage}_time_s"])
+                    clock.add(stage, actor_times[f"{stage}_time_s"])
             self.lag = it - 1 - versions[0]  # learner versions the acting policy is behind
             rho_params = self.state.params  # the parameters the update computes ρ with
-            with monitor.time("learner"):
+            with clock.time("learner"):
                 # bad: --on-nan stop's quantity; outputs: the learner's at rollout.obs (run.teacher_update)
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it, self.lagged[0])
                 jax.block_until_ready(self.state)
@@ -90,15 +88,13 @@ class SequentialStepper:
             teacher = teacher_kwargs(outputs, obs_flat.shape[0])
             previous = self.actor_params
             if it % cfg.compress_every == 0:
-                with monitor.time("compress"):
+                with clock.time("compress"):
                     self.actor_params, self.comp_state = self.compress(self.state.params, self.comp_state, obs_flat,
                                                                        **teacher)
-                    if auto:  # may evaluate its candidates and switch (counted as compression)
-                        self.actor_params, self.comp_state, decision = run.compressor.adapt(
-                            it, self.state.params, self.comp_state, self.actor_params, rollout, rho_params=rho_params,
-                            obs=obs_global)
-                        if decision is not None:
-                            monitor.log_decision(decision)
+                    if auto is not None:  # may evaluate its candidates and switch (counted as compression)
+                        self.actor_params, self.comp_state, _ = auto.after_rollout(
+                            it, self.state.params, self.comp_state, self.actor_params, rollout, obs=obs_global,
+                            rho_params=rho_params)
                     jax.block_until_ready(self.actor_params)
                 versions.append(it)
             else:
@@ -109,11 +105,11 @@ class SequentialStepper:
             # Every --log-every-th refresh of the actor's policy logs its divergence (at every refresh it
             # would cost a forward pass of both policies per update).
             if refreshed and self.refreshes % cfg.log_every == 0:
-                held = obs_flat[:REFRESH_SAMPLES]
-                monitor.log_refresh(it, run.divergence(run.learner_logits(self.state.params, held),
-                                                       run.actor_logits(self.actor_params, held)))
+                refreshes.append(Refresh(it, [shared.divergence(run, self.state.params, self.actor_params, obs_flat,
+                                                                REFRESH_SAMPLES)]))
             yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
-                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None)
+                       Bad(bad, it, 0, self.guard.streak) if bad is not None else None,
+                       events=Events(clock.drain(), tuple(refreshes), auto.take_decisions() if auto is not None else ()))
 
     def _global_obs(self, obs) -> jax.Array:
         """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
@@ -126,19 +122,19 @@ class SequentialStepper:
         return obs
 
     def row(self, update: int) -> list:
-        run, info = self.run, self.run.info
-        held = self.rollout.obs.reshape((-1,) + info.obs_shape)[:DIVERGENCE_SAMPLES]
+        run = self.run
         # The divergence of the policy the actor runs next (stale by --policy-lag updates) from the learner's.
-        row = run.divergence(run.learner_logits(self.state.params, held), run.actor_logits(self.lagged[0], held))
+        row = shared.divergence(run, self.state.params, self.lagged[0], self.rollout.obs, DIVERGENCE_SAMPLES)
         row["policy_lag_versions"] = self.lag
-        if info.jittable:
+        if run.info.jittable:
             self.env_calibration.append(run.actor.time_env_only(self.carry))
-            # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
-            run.monitor.set_env_time(min(float(np.median(self.env_calibration)) * update, run.monitor.times["actor"]))
         return [row]
 
-    def refresh(self) -> list:
-        return []  # logged at every --log-every-th refresh, above
+    def env_seconds(self, update: int):
+        # The fused actor's env share, calibrated so far (see AnakinActor.time_env_only).
+        if not self.run.info.jittable:
+            return None
+        return float(np.median(self.env_calibration)) * update
 
     def extra(self) -> dict:
         return {"env_calibration": self.env_calibration, "skipped_updates": self.guard.skipped}
@@ -147,8 +143,8 @@ class SequentialStepper:
         obs = None if self.rollout is None else self.rollout.obs
         return [Final(self.state, self.actor_params, obs)]
 
-    def fields(self) -> dict:
-        return {"loop": "sequential", **(self.run.compressor.summary(self.comp_state) if self.run.plan.auto else {})}
+    def fields(self, times: dict) -> dict:
+        return {"loop": "sequential", **(self.auto.summary(self.comp_state) if self.auto is not None else {})}
 
     def cost_split(self) -> dict:
         """The per-update cost split of this run's pieces (:func:`accerl_jax.loops.pieces.cost_split`) at
@@ -159,5 +155,5 @@ class SequentialStepper:
             return {}
         return pieces.cost_split(run, self.state, self.lagged[0], self.comp_state, self.carry, timed=run.cfg.cost_split)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> Events:
+        return Events(self.clock.drain())
