@@ -14,7 +14,7 @@ acme's loggers), in ``logdir``:
 * the console (:mod:`.console`): a rich progress bar and, every ``table_every`` logs, a compact table of the
   latest row.
 
-Beside the sinks: the stage clock (:mod:`.stages`), the episode statistics (:mod:`.episodes`), the
+Beside the sinks: the stage times (:mod:`.stages`), the episode statistics (:mod:`.episodes`), the
 divergence measures (:mod:`.divergence`), ``curves.png`` at the end (:mod:`.plots`: return, stage times and
 divergence against env steps; matplotlib), and the summary (:mod:`.summary`: ``summary.json``, written to a
 temporary file and renamed so that a crash never leaves a half-written one (:mod:`.files`), and the table

@@ -1,4 +1,4 @@
-"""The :class:`Monitor`: one object the training loop writes to, composed of a stage clock, episode
+"""The :class:`Monitor`: one object the training loop writes to, composed of the stage times, episode
 statistics and one sink per output (CSV, JSON Lines, TensorBoard, W&B, console), as acme's loggers are."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from accerl_jax.monitor.csv_sink import CsvSink
 from accerl_jax.monitor.episodes import EpisodeStats, mean
 from accerl_jax.monitor.jsonl_sink import JsonlSink, append_line
 from accerl_jax.monitor.plots import plot_curves
-from accerl_jax.monitor.stages import StageClock
+from accerl_jax.monitor.stages import StageTimes
 from accerl_jax.monitor.tensorboard_sink import TensorBoardSink
 from accerl_jax.monitor.wandb_sink import WandbSink
 from accerl_jax.run_folder import is_run_file
@@ -42,7 +42,7 @@ class Monitor:
         os.makedirs(logdir, exist_ok=True)
         self.logdir = logdir
         self.total_steps = total_steps
-        self.clock = StageClock()
+        self.clock = StageTimes()
         self.stats = EpisodeStats(return_window)
         # --num-seeds > 1: the seeds' own Monitors. This Monitor then summarises them: its steps are one
         # seed's (the x axis every seed shares), its return and length the mean over seeds of each seed's
@@ -58,22 +58,14 @@ class Monitor:
         self._wandb = WandbSink(wandb, logdir) if wandb is not None else None
         self._console = ConsoleSink(total_steps, progress, table_every)
 
-    # The stage clock (accerl_jax.monitor.stages).
+    # The stage times (accerl_jax.monitor.stages).
     @property
     def times(self) -> dict:
         """{stage: cumulative wall seconds} over :data:`~accerl_jax.monitor.stages.STAGES`."""
         return self.clock.times
 
-    def time(self, stage: str):
-        """Add the wall seconds of the ``with`` body to ``stage``; the body must block on its outputs."""
-        return self.clock.time(stage)
-
-    def compressor_stage_time(self, name: str):
-        """The ``timer`` for a :func:`~accerl_jax.compressor.chain`'s stages: the ``distill`` stage's seconds
-        go to the ``distill`` stage (also counted in ``compress``, the total); other stages are not split."""
-        return self.clock.compressor_stage_time(name)
-
     def add_time(self, stage: str, seconds: float) -> None:
+        """Add ``seconds`` (wall, as a stepper's :class:`accerl_jax.clock.StageClock` measured them) to ``stage``."""
         self.clock.add_time(stage, seconds)
 
     def set_env_time(self, env_seconds: float) -> None:
