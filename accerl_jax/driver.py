@@ -34,6 +34,7 @@ import numpy as np
 from accerl_jax import checkpoint, clock, compile_cache, networks, speed
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
+from accerl_jax.monitor import summary as summary_lib
 from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
 from accerl_jax.shards import params_digest
 from accerl_jax.signals import Interrupted, StopSignals, signal_name
@@ -500,6 +501,10 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         # run's own summary counts all seeds' steps in steps_per_s).
         "steps_per_s_per_seed": monitor.env_steps / wall,
         "steps_per_s_scope": f"env steps / wall_time_s ({WHOLE_RUN})",
+        # Between this session's first and last logged row: compilation and start-up left out.
+        **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
+        # The actor's fidelity over the logged rows (KL, agreement, lag: mean and worst), not only at the end.
+        **summary_lib.fidelity(monitor.rows),
         "learner_network": dataclasses.asdict(run.spec),
         "learner_params": networks.param_count(state.params),
         "actor_params": networks.param_count(actor_params),

@@ -119,10 +119,10 @@ def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, caps
 
     summary, _ = single
     assert summary["actor_time_s"] == 0.0 and summary["fused_wait_s"] > 0  # what the table must not misreport
-    monkeypatch.setenv("COLUMNS", "250")  # one line per row
     print_summary(summary)
     out = capsys.readouterr().out
-    assert "fused program" in out and "actor time" not in out and "learner time" not in out
+    labels = {line.split("  ")[0] for line in out.splitlines()}
+    assert "fused program" in labels and "actor" not in labels and "learner" not in labels
     # The pieces, each timed alone after training (--cost-split, accerl_jax.loops.pieces): no stage reads 0.
     split = summary["cost_split"]
     for key in ("actor", "uncompressed_actor", "learner", "compress"):
@@ -134,7 +134,7 @@ def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, caps
     flops = split["flops"]
     assert flops["actor_flops_per_update"] == flops["uncompressed_actor_flops_per_update"] > 0
     assert flops["learner_flops_per_update"] > flops["actor_flops_per_update"] and flops["compress_flops_per_update"] == 0
-    assert "pieces timed alone" in out and "FLOPs (XLA cost analysis)" in out and "ceiling of actor compression" in out
+    assert {"ms/update", "MFLOP/update", "actor share"} <= labels and "(timed)" in out
 
 
 def test_summary_reports_the_start_up(single):
@@ -239,14 +239,13 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
     assert len(groups) == 1 and len(groups[0][1]) == 2
     from accerl_jax.monitor import print_summary
     capsys.readouterr()
-    monkeypatch.setenv("COLUMNS", "200")  # labels on one line each
     print_summary(summary)
     table = capsys.readouterr().out
     assert "mean over 2 seeds" in table and f"{summary['final_return_mean']:.1f}" in table
     # Three steps/s figures, each labelled: all seeds' (the run's steps_per_s, as before), per seed (the
     # progress bar counts one seed's steps) and each seed's own summary's (per seed too).
     flat = " ".join(table.split())
-    assert "steps/s, all 2 seeds (whole run incl. compile)" in flat and "per seed (the progress bar's steps)" in flat
+    assert f"whole run {summary['steps_per_s']:,.0f} all 2 seeds" in flat and "per seed" in flat
     assert f"{summary['steps_per_s']:,.0f}" in table and f"{summary['steps_per_s_per_seed']:,.0f}" in table
     assert summary["steps_per_s"] == pytest.approx(2 * summary["steps_per_s_per_seed"])
     assert summary["steps_per_s_scope"].startswith("all 2 seeds' env steps")

@@ -19,7 +19,8 @@ import pytest
 
 from accerl_jax import loop, plot, run_folder, train
 from accerl_jax.config import ConfigError
-from accerl_jax.monitor import LEGEND, Monitor, print_summary, require_wandb, tensorboard_tag
+from accerl_jax.monitor import Monitor, print_summary, require_wandb, tensorboard_tag
+from accerl_jax.monitor.summary import FIDELITY_LEGEND, STEPS_LEGEND
 from tiny_config import tiny_config
 
 UPDATES = 6
@@ -115,36 +116,55 @@ def test_every_run_logs_the_issue_6_metrics(runs):
 
 
 def test_summary_table_says_what_its_numbers_are(runs, capsys):
-    """A KL of 2e-5 is printed as such (not 0.0000), and the legend under the table defines every abbreviation."""
+    """A KL of 2e-5 is printed as such (not 0.0000), the notes under the table define its abbreviations once,
+    and the title says which loop ran where (and, resumed, from where)."""
     _, (summary, _), _ = runs
     print_summary(dict(summary, kl_learner_actor=2.1e-5))
     out = capsys.readouterr().out
-    assert "2.1e-05" in out and "0.0000" not in out
+    assert "KL 2.1e-05 nats" in out and "0.0000" not in out
     flat = " ".join(out.split())
-    assert " ".join(LEGEND.split()) in flat
-    for abbreviation in ("KL:", "agree:", "|log ρ|:", "ρ>1.1ρ̄:", "clip mass:", "lag:"):
-        assert abbreviation in LEGEND
+    for note in (STEPS_LEGEND, FIDELITY_LEGEND):
+        assert flat.count(" ".join(note.split())) == 1
+    for abbreviation in ("KL:", "agree:", "lag:", "steps/s:"):
+        assert abbreviation in flat
     # CartPole's reward is 1 per step: the mean return of the recent episodes is their mean length.
     assert summary["final_length_mean"] == pytest.approx(summary["final_return_mean"])
-    # The title says which loop ran on which devices, and a resumed run says from where.
-    assert f"loop={summary['loop']} on {summary['learner_devices']} {summary['backend']} device(s)" in flat
+    assert f"{summary['loop']} loop on {summary['learner_devices']} {summary['backend']} device(s)" in flat
     assert "resumed from" not in flat
     print_summary(dict(summary, resumed_from_update=1234))
     assert "resumed from update 1,234" in " ".join(capsys.readouterr().out.split())
 
 
-def test_summary_table_never_rounds_a_stage_that_took_time_to_zero(runs, capsys, monkeypatch):
+def test_summary_table_never_rounds_a_stage_that_took_time_to_zero(runs, capsys):
     """A stage time under a second keeps its digits ("0.04 s", not "0.0 s"); the counted FLOPs of each piece
     of an update and their shares are shown too, labelled as counts."""
     _, (summary, _), _ = runs
-    monkeypatch.setenv("COLUMNS", "250")  # one line per row
     print_summary(dict(summary, actor_time_s=0.04, inference_time_s=0.003))
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
-            for line in capsys.readouterr().out.splitlines() if line.count("│") >= 3}
-    assert rows["actor time"] == "0.04 s" and rows["policy inference"] == "0.003 s"
+    rows = dict(line.split("  ", 1) for line in capsys.readouterr().out.splitlines() if line[:1].isalpha() and "  " in line)
+    assert rows["actor"].strip().startswith("0.04 s") and "policy 0.003 s" in rows["actor"]
     flops = summary["cost_split"]["flops"]
     assert flops["actor_flops_per_update"] > 0 and summary["cost_split"]["ceiling_source"] == "flops"
-    assert any(k.startswith("per update, FLOPs") for k in rows) and any(k.startswith("FLOPs: actor share") for k in rows)
+    assert "learner" in rows["MFLOP/update"] and "ceiling" in rows["actor share"]
+
+
+def test_summary_opens_with_its_verdict_and_fits_80_columns(runs, capsys):
+    """Written to a file (as on a cluster), the summary has no row wider than 80 columns, and its first lines
+    state the return, the training-only rate and what the compressor did, with the cost split's numbers."""
+    _, (summary, _), _ = runs
+    assert summary["training_steps_per_s"] > summary["steps_per_s"]  # compilation and start-up left out
+    for variant in (summary, dict(summary, compressor="distill:small", actor_policy_speedup=1.41,
+                                  cost_split=dict(summary["cost_split"], predicted_saving=-0.02))):
+        print_summary(variant)
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+        head = " ".join(lines[:lines.index("")])  # the title and the verdict, before the table
+        assert head.index(f"Return {summary['final_return_mean']:.1f}") < head.index("(training only)")
+        assert f"{summary['training_steps_per_s']:,.0f} env steps/s" in head
+        split = variant["cost_split"]
+        assert f"Compressor {variant['compressor']}:" in head
+        assert f"no compressor can save more than {100 * split['ceiling']:.1f}%" in head
+    assert "1.41x the uncompressed speed" in head and "it costs 2.0% of an update" in head
 
 
 def test_jsonl_has_the_csv_rows(runs):
@@ -225,16 +245,15 @@ def test_progress_bar_and_console_table_say_when_steps_are_one_seeds(tmp_path, c
         assert ("steps/s/seed" in out and "env steps/seed" in out) == bool(seeds), out
 
 
-def test_summary_steps_per_s_is_labelled_and_json_keeps_its_keys(runs, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # labels on one line each
+def test_summary_steps_per_s_is_labelled_and_json_keeps_its_keys(runs, capsys):
     _, (summary, _), _ = runs
     assert summary["steps_per_s"] == pytest.approx(summary["total_env_steps"] / summary["wall_time_s"], rel=1e-3)
     assert summary["steps_per_s_per_seed"] == summary["steps_per_s"]  # one seed
     assert "whole run" in summary["steps_per_s_scope"] and "compilation" in summary["steps_per_s_scope"]
     print_summary(summary)
     flat = " ".join(capsys.readouterr().out.split())
-    assert "steps/s (whole run incl. compile)" in flat
-    assert "The progress bar's: the mean since the bar started" in flat  # why the bar's figure differs
+    assert f"{summary['training_steps_per_s']:,.0f} training only, {summary['steps_per_s']:,.0f} whole run" in flat
+    assert "compilation and start-up are excluded" in flat  # why the two rates differ
 
 
 def read_tensorboard(logdir, purge: bool = False) -> dict:

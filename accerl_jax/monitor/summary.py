@@ -1,20 +1,36 @@
-"""The end-of-run summary: ``summary.json`` (written whole or not at all) and the table printed at the end."""
+"""The end-of-run summary: ``summary.json`` (written whole or not at all) and the text printed at the end.
+
+The printed summary opens with its verdict in words (the return reached, the training-only rate, what the
+compressor did and why), then a compact table, then its notes once. Every line fits 80 columns, so a
+log piped to a file (as on a cluster) has no wrapped row.
+
+:func:`training_rate` and :func:`fidelity` read the logged rows (``metrics.csv``) of a run: the rate
+between its first and last row (compilation excluded), and the actor's fidelity during training (KL,
+agreement, lag) rather than only after the final re-sync.
+"""
 from __future__ import annotations
 
+import math
 import os
+import textwrap
 
-import numpy as np
-
-from accerl_jax.monitor.console import LEGEND
 from accerl_jax.monitor.files import atomic_write_json
 
-# What the summary's steps/s mean beside the progress bar's (printed under the summary table).
+WIDTH = 80  # the printed summary's width in columns (a terminal's default, and rich's for a file)
+LABEL = 15  # width of the table's label column
+# What the summary's rates mean (printed once, under the table).
 STEPS_LEGEND = (
-    "steps/s: env steps per second of wall time. The summary's: over the whole run (setup, compilation, "
-    "training and the final measurements; all seeds' steps with --num-seeds, and per seed). The progress "
-    "bar's: the mean since the bar started (compilation included; one seed's steps with --num-seeds), so its "
-    "last figure is the higher."
+    "steps/s: env steps (agent steps summed over envs) per second. 'training only': between the first and "
+    "the last logged row of this session, so compilation and start-up are excluded (the rate PureJaxRL "
+    "users quote); 'whole run': over the whole wall time (start-up, compilation, training and the final "
+    "measurements; all seeds' steps with --num-seeds)."
 )
+FIDELITY_LEGEND = (
+    "KL: KL(π_learner ‖ π_actor) in nats on held-out recent observations; agree: share of those where both "
+    "take the same greedy action; lag: learner updates between the policy that acted and the learner's. "
+    "'during training': mean and worst over the logged rows; 'at the end': after the final re-sync."
+)
+OVERLAP_NOTE = "Stages run in threads at the same time (Sebulba): their shares overlap and may add up past 100%."
 
 
 def write_summary(logdir: str, summary: dict) -> None:
@@ -22,117 +38,226 @@ def write_summary(logdir: str, summary: dict) -> None:
     atomic_write_json(os.path.join(logdir, "summary.json"), summary)
 
 
-def print_summary(summary: dict) -> None:
-    """Print the end-of-run summary table (rich)."""
-    from rich.console import Console
-    from rich.table import Table
+def _finite(rows: list[dict], key: str) -> list[float]:
+    values = []
+    for r in rows:
+        try:
+            v = float(r.get(key, math.nan))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v):
+            values.append(v)
+    return values
 
-    wall = summary["wall_time_s"]
-    where = (f"  loop={summary['loop']} on {summary.get('learner_devices', '?')} {summary.get('backend', '?')} device(s)"
-             if "loop" in summary else "")
-    resumed = (f"  resumed from update {summary['resumed_from_update']:,}"
-               if summary.get("resumed_from_update") is not None else "")
-    loss = f"  loss={summary['loss']}" if "loss" in summary else ""
-    table = Table(title=f"accerl_jax: {summary['env']}  compressor={summary['compressor']}  "
-                        f"corrector={summary['corrector']}{loss}{where}{resumed}")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_column("share of wall", justify="right")
 
-    def share(x):
-        return f"{100 * x / wall:.0f}%" if wall > 0 else ""
+def training_rate(rows: list[dict], since_update: int = 0) -> dict:
+    """The training-only rate of the logged ``rows`` after update ``since_update`` (a resumed session's
+    start): env steps per second between the first and the last such row, so compilation and start-up
+    (all before the first row) are excluded.
 
-    def seconds(x):  # a stage that took time never reads "0.0 s"
-        return f"{x:.1f} s" if x >= 1 or x == 0 else f"{x:.3g} s"
+    Args:
+      rows: logged rows (``metrics.csv``'s), each with ``update``, ``env_steps`` and ``wall_time_s``
+        (seconds since the run started).
+      since_update: rows at or before this update belong to an earlier session and are left out.
 
-    ret, seeds = summary["final_return_mean"], summary.get("num_seeds", 1)
+    Returns:
+      ``{"training_steps_per_s", "training_s", "training_env_steps"}``; the rate is None where fewer than
+      two rows with distinct wall times exist (e.g. a run whose whole budget was one fused chunk).
+    """
+    own = [r for r in rows if float(r.get("update", 0)) > since_update]
+    if len(own) < 2:
+        return {"training_steps_per_s": None, "training_s": None, "training_env_steps": None}
+    first, last = own[0], own[-1]
+    seconds = float(last["wall_time_s"]) - float(first["wall_time_s"])
+    steps = int(float(last["env_steps"]) - float(first["env_steps"]))
+    rate = steps / seconds if seconds > 0 and steps > 0 else None
+    return {"training_steps_per_s": rate, "training_s": seconds if rate else None,
+            "training_env_steps": steps if rate else None}
+
+
+def fidelity(rows: list[dict]) -> dict:
+    """The compressed actor's fidelity during training, from the logged ``rows``: mean and worst of
+    ``kl_learner_actor`` (nats; worst = largest), ``action_agreement`` (fraction; worst = smallest) and
+    ``policy_lag_versions`` (learner updates; worst = largest). A quantity no row logged (or only as NaN)
+    is None.
+
+    Returns:
+      ``{"kl_during_mean", "kl_during_max", "agreement_during_mean", "agreement_during_min",
+      "lag_during_mean", "lag_during_max"}``.
+    """
+    out = {}
+    for key, name, worst in (("kl_learner_actor", "kl", max), ("action_agreement", "agreement", min),
+                             ("policy_lag_versions", "lag", max)):
+        values = _finite(rows, key)
+        out[f"{name}_during_mean"] = sum(values) / len(values) if values else None
+        out[f"{name}_during_{worst.__name__}"] = worst(values) if values else None
+    return out
+
+
+def _seconds(x: float) -> str:  # a stage that took time never reads "0.0 s"
+    return f"{x:.1f} s" if x >= 1 or x == 0 else f"{x:.3g} s"
+
+
+def _pct(x: float) -> str:  # one decimal below 10%, so a 0.4% share does not read "0%"
+    return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
+
+
+def _kl(x) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{max(x, 0.0):.3g}"
+
+
+def verdict(summary: dict) -> list[str]:
+    """The summary's opening sentences (plain text, unwrapped): the return reached and when, the rate,
+    and what the compressor did with the cost split's numbers."""
+    seeds = summary.get("num_seeds", 1)
+    ret = summary["final_return_mean"]
+    steps = summary["env_steps_per_seed"] if seeds > 1 else summary["total_env_steps"]
+    of = f"mean over {seeds} seeds of each one's last {summary['returns_averaged']} episodes" if seeds > 1 \
+        else f"mean of the last {summary['returns_averaged']} episodes"
+    lines = []
     if summary.get("stopped"):
-        table.add_row("[bold red]stopped early", summary["stopped"], "")
-    window = f"last {summary['returns_averaged']} episodes"
-    table.add_row(
-        f"final return (mean over {seeds} seeds of each one's {window})" if seeds > 1 else f"final return (mean of {window})",
-        "no episode finished" if ret is None else f"{ret:.1f}",
-        "",
-    )
-    if seeds > 1 and ret is not None:
-        per_seed = [r for r in summary["final_return_mean_per_seed"] if r is not None]
-        table.add_row("  per seed: min / max", f"{min(per_seed):.1f} / {max(per_seed):.1f}", "")
-    table.add_row("episodes finished" + (" (all seeds)" if seeds > 1 else ""), f"{summary['episodes']:,}", "")
+        lines.append(f"STOPPED EARLY ({summary['stopped']}): {summary.get('stop_reason') or 'see above'}.")
+    lines.append("No episode finished." if ret is None else
+                 f"Return {ret:.1f} ({of}) after {steps:,} env steps{' per seed' if seeds > 1 else ''}.")
+    rate, wall = summary.get("training_steps_per_s"), summary["wall_time_s"]
+    whole = f"whole run {wall:.1f} s at {summary['steps_per_s']:,.0f} steps/s"
+    per = " per seed" if seeds > 1 else ""
+    lines.append(f"Training ran at {rate:,.0f} env steps/s{per} (training only); {whole}." if rate else
+                 f"Whole run {wall:.1f} s at {summary['steps_per_s']:,.0f} env steps/s (too short to time "
+                 "training alone).")
+    lines.append(_compressor_verdict(summary))
+    return lines
+
+
+def _compressor_verdict(summary: dict) -> str:
+    name = summary["compressor"]
+    split = summary.get("cost_split") or {}
+    if "actor_share" not in split:
+        return (f"Compressor {name}: the cost split was not measured (interrupted, or the loop's pieces "
+                "cannot be timed apart).")
+    unit = "by FLOPs" if split.get("ceiling_source") == "flops" else "timed"
+    share = (f"the actor is {_pct(split['actor_share'])} of an update ({unit}), so no compressor can "
+             f"save more than {_pct(split['ceiling'])} of it here")
+    if name == "none":
+        return f"Compressor none: actors run the learner's own policy; {share}."
+    speedup = summary.get("actor_policy_speedup")
+    faster = "" if speedup is None else f"its policy runs {speedup:.2f}x the uncompressed speed, but "
+    saving = split["predicted_saving"]
+    net = (f"it saves {_pct(saving)} of an update" if saving > 0.005 else
+           f"it costs {_pct(-saving)} of an update (compression included)" if saving < -0.005 else
+           "it saves nothing measurable")
+    return f"Compressor {name}: {faster}{share}; {net}."
+
+
+def _rows(summary: dict) -> list[tuple[str, str]]:
+    """The compact table: (label, value) pairs."""
+    rows: list[tuple[str, str]] = []
+    seeds = summary.get("num_seeds", 1)
+    ep = f"{summary['episodes']:,}" + (" (all seeds)" if seeds > 1 else "")
     if summary.get("episodes_nonfinite"):
-        table.add_row("  with a non-finite return (not averaged)", f"{summary['episodes_nonfinite']:,}", "")
+        ep += f", {summary['episodes_nonfinite']:,} non-finite (not averaged)"
+    rows.append(("episodes", ep))
     if summary.get("final_length_mean") is not None:
-        table.add_row("episode length (same episodes, mean)", f"{summary['final_length_mean']:.1f} steps", "")
+        rows.append(("episode length", f"{summary['final_length_mean']:.1f} steps (mean, same episodes)"))
     if seeds > 1:
-        table.add_row("env steps per seed / all seeds", f"{summary['env_steps_per_seed']:,} / {summary['total_env_steps']:,}", "")
+        per = [r for r in summary.get("final_return_mean_per_seed", []) if r is not None]
+        if per:
+            rows.append(("return per seed", f"min {min(per):.1f}, max {max(per):.1f}"))
+        rows.append(("env steps", f"{summary['env_steps_per_seed']:,} per seed, {summary['total_env_steps']:,} all"))
     else:
-        table.add_row("env steps", f"{summary['total_env_steps']:,}", "")
-    # Three rates a user sees differ: the progress bar's (mean since the bar started, per seed), and these,
-    # over the whole run's wall time (setup, compilation, training and the final measurements).
-    if seeds > 1:
-        per_seed_rate = summary.get("steps_per_s_per_seed", summary["steps_per_s"] / seeds)
-        table.add_row(f"steps/s, all {seeds} seeds (whole run incl. compile)", f"{summary['steps_per_s']:,.0f}", "")
-        table.add_row("  per seed (the progress bar's steps)", f"{per_seed_rate:,.0f}", "")
+        rows.append(("env steps", f"{summary['total_env_steps']:,} in {summary.get('updates', 0):,} updates"))
+    rate = summary.get("training_steps_per_s")
+    if seeds > 1:  # the logged rows count one seed's steps
+        per_seed = summary.get("steps_per_s_per_seed", summary["steps_per_s"] / seeds)
+        rows.append(("steps/s", (f"{rate:,.0f} per seed training only; " if rate else "")
+                     + f"whole run {summary['steps_per_s']:,.0f} all {seeds} seeds, {per_seed:,.0f} per seed"))
     else:
-        table.add_row("steps/s (whole run incl. compile)", f"{summary['steps_per_s']:,.0f}", "")
-    table.add_row("wall time (incl. compile)", f"{wall:.1f} s", "100%")
-    if summary.get("startup_s") is not None:
-        table.add_row("start-up: process start to first update (imports, setup, compile)",
-                      f"{summary['startup_s']:.1f} s", "")
-        table.add_row("  of which before training (interpreter, imports, parsing)",
-                      f"{summary['startup_before_train_s']:.1f} s", "")
+        rows.append(("steps/s", (f"{rate:,.0f} training only, " if rate else "")
+                     + f"{summary['steps_per_s']:,.0f} whole run"))
+    wall = summary["wall_time_s"]
+    rows.append(("wall time", f"{wall:.1f} s" + (f"; first update done {summary['startup_s']:.1f} s after the "
+                                                  "process started" if summary.get("startup_s") is not None else "")))
     if "compile_cache" in summary:
         hits, misses = summary["compile_cache_hits"], summary["compile_cache_misses"]
-        table.add_row("compile cache (--compile-cache)", "off" if summary["compile_cache"] is None else
-                      f"{hits} of {hits + misses} programs loaded", "")
-    split = summary.get("cost_split") or {}
+        rows.append(("compile cache", "off" if summary["compile_cache"] is None else
+                     f"{hits} of {hits + misses} programs loaded"))
+    share = lambda x: f" ({_pct(x / wall)})" if wall > 0 else ""  # noqa: E731
     if summary.get("loop") == "anakin":  # one fused program: its stages are not timed apart while training
-        fused = summary["fused_wait_s"]
-        table.add_row("fused program (actor+learner+compression)", seconds(fused), share(fused))
-    else:
-        table.add_row("actor time", seconds(summary["actor_time_s"]), share(summary["actor_time_s"]))
-        table.add_row(f"  env stepping ({summary['env_time_source']})", seconds(summary["env_time_s"]),
-                      share(summary["env_time_s"]))
-        table.add_row("  policy inference", seconds(summary["inference_time_s"]), share(summary["inference_time_s"]))
-        table.add_row("learner time", seconds(summary["learner_time_s"]), share(summary["learner_time_s"]))
-        table.add_row("compression time", seconds(summary["compress_time_s"]), share(summary["compress_time_s"]))
+        rows.append(("fused program", _seconds(summary["fused_wait_s"]) + share(summary["fused_wait_s"])
+                     + ": actor, learner, compression"))
+    elif "actor_time_s" in summary:
+        rows.append(("actor", _seconds(summary["actor_time_s"]) + share(summary["actor_time_s"])
+                     + f": env {_seconds(summary['env_time_s'])}, policy {_seconds(summary['inference_time_s'])}"))
+        rows.append(("learner", _seconds(summary["learner_time_s"]) + share(summary["learner_time_s"])))
+        comp = _seconds(summary["compress_time_s"]) + share(summary["compress_time_s"])
         if summary.get("distill_time_s"):
-            table.add_row("  of which distillation", seconds(summary["distill_time_s"]), share(summary["distill_time_s"]))
-    if split.get("timed"):  # measured after training, each compiled piece alone (accerl_jax.loops.pieces)
-        ms = lambda k: f"{1e3 * split[k]:.2f}"  # noqa: E731
-        table.add_row("per update, pieces timed alone: actor (uncompressed) / learner / compression",
-                      f"{ms('actor_s_per_update')} ({ms('uncompressed_actor_s_per_update')}) / "
-                      f"{ms('learner_s_per_update')} / {ms('compress_s_per_update')} ms", "")
-        table.add_row("timed: actor share / ceiling of actor compression / this compressor's saving",
-                      f"{100 * split['actor_share']:.0f}% / {100 * split['ceiling']:.0f}% / "
-                      f"{100 * split['predicted_saving']:.0f}%", "")
-    if split.get("flops"):  # XLA's cost analysis of each piece (no compile)
+            comp += f", distillation {_seconds(summary['distill_time_s'])}"
+        rows.append(("compression", comp))
+    split = summary.get("cost_split") or {}
+    if split.get("timed"):
+        ms = lambda k: f"{1e3 * split[k]:.2g}"  # noqa: E731
+        rows.append(("ms/update", f"actor {ms('actor_s_per_update')} (uncompressed "
+                                   f"{ms('uncompressed_actor_s_per_update')}), learner {ms('learner_s_per_update')}, "
+                                   f"compress {ms('compress_s_per_update')}"))
+    if split.get("flops"):
         f = split["flops"]
         mf = lambda k: f"{f[k] / 1e6:.3g}"  # noqa: E731
-        table.add_row("per update, FLOPs (XLA cost analysis): actor (uncompressed) / learner / compression",
-                      f"{mf('actor_flops_per_update')} ({mf('uncompressed_actor_flops_per_update')}) / "
-                      f"{mf('learner_flops_per_update')} / {mf('compress_flops_per_update')} MFLOP", "")
-        table.add_row("FLOPs: actor share / ceiling of actor compression / this compressor's saving",
-                      f"{100 * f['actor_share']:.0f}% / {100 * f['ceiling']:.0f}% / {100 * f['predicted_saving']:.0f}%",
-                      "")
-    speedup = summary["actor_policy_speedup"]
-    table.add_row(
-        f"actor policy forward speed vs uncompressed (B={summary['forward_batch']})",
-        "not measured (interrupted)" if speedup is None else f"{speedup:.2f}x",
-        "",
-    )
+        rows.append(("MFLOP/update", f"actor {mf('actor_flops_per_update')} (uncompressed "
+                                     f"{mf('uncompressed_actor_flops_per_update')}), learner "
+                                     f"{mf('learner_flops_per_update')}, compress {mf('compress_flops_per_update')}"))
+    if "actor_share" in split:
+        rows.append(("actor share", f"{_pct(split['actor_share'])} of an update, ceiling {_pct(split['ceiling'])}, "
+                                    f"saving {_pct(split['predicted_saving'])}"))
+    speedup = summary.get("actor_policy_speedup")
+    rows.append(("actor speed", "not measured (interrupted)" if speedup is None else
+                 f"{speedup:.2f}x uncompressed (forward, B={summary['forward_batch']})"))
+    if summary.get("kl_during_mean") is not None:
+        during = f"KL {_kl(summary['kl_during_mean'])} mean, {_kl(summary['kl_during_max'])} worst"
+        if summary.get("agreement_during_mean") is not None:
+            during += (f"; agree {100 * summary['agreement_during_mean']:.1f}% mean, "
+                       f"{100 * summary['agreement_during_min']:.1f}% worst")
+        rows.append(("during training", during))
+    if summary.get("lag_during_mean") is not None:
+        rows.append(("policy lag", f"{summary['lag_during_mean']:.2g} updates mean, "
+                                   f"{summary['lag_during_max']:.0f} worst (during training)"))
     kl, agree = summary["kl_learner_actor"], summary["action_agreement"]
-    table.add_row(
-        "KL(π_learner ‖ π_actor), nats / greedy agreement",
-        "n/a" if kl is None or agree is None or not np.isfinite(kl) else f"{kl:.3g} / {100 * agree:.1f}%",
-        "",
-    )
+    rows.append(("at the end", "KL n/a" if kl is None or agree is None or not math.isfinite(kl) else
+                 f"KL {_kl(kl)} nats, agree {100 * agree:.1f}% (after the final re-sync)"))
     if summary.get("abs_log_rho_mean") is not None:
-        table.add_row(
-            "importance ratios ρ = π/μ (last update): mean |log ρ| / ρ > 1.1·ρ̄ / clipped mass",
-            f"{summary['abs_log_rho_mean']:.3g} / {100 * summary['rho_beyond_frac']:.1f}% / "
-            f"{100 * summary['rho_clipped_mass']:.2f}%",
-            "",
-        )
-    console = Console()
-    console.print(table)
-    console.print(LEGEND + " " + STEPS_LEGEND, style="dim", markup=False, highlight=False)
+        rows.append(("ratios ρ = π/μ", f"mean |log ρ| {summary['abs_log_rho_mean']:.3g}, "
+                                       f"{100 * summary['rho_beyond_frac']:.1f}% above 1.1·ρ̄, "
+                                       f"clipped mass {100 * summary['rho_clipped_mass']:.2f}% (last update)"))
+    return rows
+
+
+def format_summary(summary: dict, width: int = WIDTH) -> str:
+    """The printed summary as text of at most ``width`` columns: a title line, the :func:`verdict`, the
+    compact table (one label column, values wrapped under themselves) and the notes, each once."""
+    where = (f"{summary['loop']} loop on {summary.get('learner_devices', '?')} {summary.get('backend', '?')} "
+             f"device(s)" if "loop" in summary else "")
+    loss = f"{summary['loss']}, " if "loss" in summary else ""
+    title = f"accerl_jax summary: {summary['env']}, {loss}corrector {summary['corrector']}"
+    if where:
+        title += f", {where}"
+    if summary.get("resumed_from_update") is not None:
+        title += f", resumed from update {summary['resumed_from_update']:,}"
+    out = textwrap.wrap(title, width)
+    out.append("=" * min(width, max(len(line) for line in out)))
+    for sentence in verdict(summary):
+        out += textwrap.wrap(sentence, width)
+    out.append("")
+    indent = " " * (LABEL + 2)
+    for label, value in _rows(summary):
+        out += textwrap.wrap(value, width, initial_indent=f"{label:<{LABEL}}  ", subsequent_indent=indent)
+    out.append("")
+    notes = [STEPS_LEGEND, FIDELITY_LEGEND]
+    if summary.get("loop") == "sebulba":
+        notes.append(OVERLAP_NOTE)
+    for note in notes:
+        out += textwrap.wrap(note, width)
+    return "\n".join(out)
+
+
+def print_summary(summary: dict, width: int = WIDTH) -> None:
+    """Print :func:`format_summary` (stdout)."""
+    print(format_summary(summary, width), flush=True)
