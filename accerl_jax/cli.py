@@ -14,6 +14,7 @@ import functools
 import inspect
 import math
 import sys
+import textwrap
 import typing
 from typing import Annotated
 
@@ -53,7 +54,9 @@ def resume_run_folder(argv: list[str]) -> list[str]:
     return out
 
 
-# (group, title, Config fields), in the order --help shows them. Every Config field is in exactly one.
+HELP_FLAGS = frozenset({"-h", "--help", "--help-all"})  # a command line asking for help is not checked
+
+# (group, title, Config fields), in the order --help-all shows them. Every Config field is in exactly one.
 GROUPS = (
     ("common", "the run: what to train, how long, where the outputs go", (
         "preset", "config", "env", "compressor", "corrector", "loss", "total_steps", "num_envs", "rollout_length",
@@ -74,6 +77,23 @@ GROUPS = (
 )
 
 
+# --help's one line for each flag of the common group (--help-all has the full help of every flag).
+SHORT_HELP = {
+    "preset": "named settings: classic, minatar, atari, mujoco",
+    "config": "a YAML or TOML file of settings (these flags' names)",
+    "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
+    "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
+    "corrector": "off-policy correction: vtrace, retrace, is, none",
+    "loss": "appo, actor-critic or auto",
+    "total_steps": "budget in agent steps, summed over the envs",
+    "num_envs": "environments stepped together (B)",
+    "rollout_length": "agent steps per env and rollout (T)",
+    "seed": "random seed",
+    "logdir": "output folder; a new one under runs/ if unset",
+    "loop": "anakin, sequential, sebulba or auto (by env)",
+    "resume": "continue a stopped run: its folder",
+    "overwrite": "allow --logdir to hold an earlier run (deleted)",
+}
 # The optional fields (None = unset): the metavar --help shows for each (instead of tyro's "{None}|STR") and
 # what leaving it unset does, shown where --help shows a default.
 UNSET = {
@@ -142,7 +162,7 @@ def known_flags(cls=Config) -> set[str]:
     """Every flag a command line of dataclass ``cls`` takes (default: training's), hyphenated (``--num-envs``,
     ``--no-anneal-lr``, ``--lambda``, ``--lambda_``, ``--help``); tyro also takes them with ``_`` for ``-``
     (:func:`_normal` maps both to one)."""
-    flags = {"-h", "--help", *(HIDDEN_ALIASES if cls is Config else ())}
+    flags = {*HELP_FLAGS, *(HIDDEN_ALIASES if cls is Config else ())}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flags.add(flag(f.name))
@@ -200,14 +220,15 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
     ``evaluate --video``; :data:`OTHER_WAYS`) or the field its name means (``--lr`` -> ``--learning-rate``,
     ``--gamma`` -> ``--discount``; :data:`~accerl_jax.config.COMMON_NAMES`); else the closest spelling.
 
-    Nothing is checked when ``argv`` asks for ``--help``.
+    Nothing is checked when ``argv`` asks for ``--help`` or ``--help-all``.
 
     Raises:
       ConfigError: for the first unknown flag (tyro would print a box of several lines instead).
     """
-    if {"-h", "--help"} & set(argv):
+    if HELP_FLAGS & set(argv):
         return
     known = known_flags(cls)
+    every = f"{prog} {'--help-all' if cls is Config else '--help'} lists every flag"
     for token in argv:
         if token == "--":  # what follows is values only
             return
@@ -216,12 +237,12 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
         name = token.split("=", 1)[0]
         way = other_way(name) if cls is Config else None
         if way is not None:  # another framework's flag with no flag of ours: how it is done here
-            raise ConfigError(f"unknown flag {name}; here: {way}. {prog} --help lists every flag")
+            raise ConfigError(f"unknown flag {name}; here: {way}. {every}")
         # another framework's name: ours for it, else the closest spellings
         ours = common_name(name) if cls is Config else None
         close = [flag(ours)] if ours else difflib.get_close_matches(_normal(name), sorted(known - {"-h"}), n=2)
         hint = f" (perhaps {' or '.join(close)})" if close else ""
-        raise ConfigError(f"unknown flag {name}{hint}; {prog} --help lists every flag")
+        raise ConfigError(f"unknown flag {name}{hint}; {every}")
 
 
 def numeric_flags(cls=Config) -> dict[str, str]:
@@ -252,7 +273,7 @@ def check_numbers(argv: list[str], cls=Config) -> list[str]:
       ConfigError: a value that is not a number, or not an integer for an integer flag, naming the flag, the
         value and what is accepted (tyro would print a box of several lines instead).
     """
-    if {"-h", "--help"} & set(argv):
+    if HELP_FLAGS & set(argv):
         return list(argv)
     kinds = numeric_flags(cls)
     out, i = [], 0
@@ -314,12 +335,39 @@ def _is_number(token: str) -> bool:
     return True
 
 
+def short_help(default: Config, prog: str, width: int = 80) -> str:
+    """What ``--help`` prints: the flags most runs need (the ``common`` group of :data:`GROUPS`) with their
+    one-line :data:`SHORT_HELP` and default (``default``'s value: a preset's where one is given), then the
+    other groups' flag names; ``--help-all`` (tyro's full reference, the same as docs/CLI.md) explains every
+    flag. At most ``width`` columns."""
+    values = dataclasses.asdict(default)
+    wrap = functools.partial(textwrap.wrap, width=width, break_on_hyphens=False)
+    _, title, fields = GROUPS[0]
+    lines = [f"usage: {prog} [FLAGS]", "", *wrap(inspect.cleandoc(Config.__doc__ or "").split("\n\n")[0]),
+             "", f"{title}:"]
+    for f in fields:
+        value = values[f]
+        shown = "unset" if value is None else ("on" if value else "off") if isinstance(value, bool) else \
+            " ".join(map(str, value)) if isinstance(value, tuple) else value
+        lines += wrap(f"{SHORT_HELP[f]} [{shown}]", initial_indent=f"  {flag(f):<18} ", subsequent_indent=" " * 21)
+    lines += ["", "more flags, each explained by --help-all (and in docs/CLI.md):"]
+    for name, _, fields in GROUPS[1:]:
+        lines += wrap(" ".join(flag(f) for f in fields), initial_indent=f"  {name + ':':<13} ",
+                      subsequent_indent=" " * 16)
+    lines += ["", *wrap(f"{prog} --help-all: every flag with its help, default and accepted values")]
+    return "\n".join(lines)
+
+
 def parse(argv: list[str], default: Config, prog: str) -> Config:
-    """Parse ``argv`` (tyro) with ``default``'s values as the defaults; ``--help`` prints the groups and exits.
+    """Parse ``argv`` (tyro) with ``default``'s values as the defaults; ``--help`` prints :func:`short_help`
+    and exits, ``--help-all`` the groups of every flag (tyro's help) and exits.
 
     ``argv``'s flags are expected checked by :func:`check_flags` already (``train.parse_config`` does it
     before any settings file is read, so that an unknown flag is named first)."""
-    argv = check_numbers([_alias(token) for token in argv])
+    if {"-h", "--help"} & set(argv) and "--help-all" not in argv:
+        print(short_help(default, prog))
+        raise SystemExit(0)
+    argv = check_numbers(["--help" if token == "--help-all" else _alias(token) for token in argv])
     cls = grouped_class()
     values = dataclasses.asdict(default)
     start = cls(**{name: typing.get_args(t)[0](**{f: values[f] for f in fields})

@@ -21,19 +21,24 @@ COMMANDS = (
 REGENERATE = "python -m accerl_jax.cli_reference > docs/CLI.md"
 
 
+# The flag that prints a command's whole reference (training's --help shows only the common flags).
+FULL_HELP = {"accerl_jax.train": "--help-all"}
+
+
 def help_text(module: str) -> str:
-    """``python -m <module> --help`` at :data:`COLUMNS` columns, without colours or trailing blanks."""
+    """``python -m <module> --help`` (``--help-all`` where :data:`FULL_HELP` says) at :data:`COLUMNS`
+    columns, without colours or trailing blanks."""
     env = dict(os.environ, COLUMNS=str(COLUMNS), NO_COLOR="1", TERM="dumb")
     env.pop("FORCE_COLOR", None)
-    out = subprocess.run([sys.executable, "-m", module, "--help"], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", module, FULL_HELP.get(module, "--help")], env=env, capture_output=True, text=True,
                          check=True).stdout
     return "\n".join(line.rstrip() for line in out.strip("\n").splitlines())
 
 
 def markdown() -> str:
-    """docs/CLI.md: one section per command, its ``--help`` verbatim."""
+    """docs/CLI.md: one section per command, its whole ``--help`` (:func:`help_text`) verbatim."""
     parts = ["# Command-line reference", "",
-             f"Generated from each command's `--help` by `{REGENERATE}` ({COLUMNS} columns); do not edit "
+             f"Generated from each command's `--help` (training's `--help-all`) by `{REGENERATE}` ({COLUMNS} columns); do not edit "
              "by hand. Flags given later on a command line override earlier ones; for training, the order "
              "of precedence is defaults < `--preset` < `--config` < flags.", ""]
     for module, what, script in COMMANDS:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m accerl_jax.train [--env ...] [--compressor ...] ...``; ``--help`` lists all flags.
+"""Command line: ``python -m accerl_jax.train [--env ...] [--compressor ...] ...``; ``--help`` lists the common flags, ``--help-all`` every flag.
 
 Bad settings exit with status 2 and a message naming the bad value (no traceback), before anything is
 written. Ctrl-C (SIGINT) or SIGTERM stops training at the end of the update in flight (a second signal
@@ -27,7 +27,7 @@ def plot_command(summary: dict) -> str:
 
 def parse_config(argv: list[str]) -> Config:
     """The configuration of a command line: :class:`Config`'s defaults, then ``--preset``'s, then the
-    ``--config`` file's, then the flags given (tyro; ``--help`` prints and exits).
+    ``--config`` file's, then the flags given (tyro; ``--help`` and ``--help-all`` print and exit).
 
     Raises:
       ConfigError: an unknown flag, an unknown preset or a bad settings file.

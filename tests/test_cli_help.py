@@ -20,9 +20,38 @@ FOREIGN = [("lr", "learning_rate"), ("gamma", "discount"), ("gae_lambda", "lambd
 
 @pytest.fixture(scope="module")
 def help_text():
-    proc = run_cli("--help", timeout=120)
+    proc = run_cli("--help-all", timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def test_short_help_names_every_flag_once_and_explains_the_common_ones_in_80_columns(capsys):
+    """``--help`` is what most runs need: the common group's flags, one line of help each with the default
+    (a preset's where one is given), the other groups' flag names, and where the full reference is."""
+    for argv, env in ((["--help"], "gymnax:CartPole-v1"), (["--preset", "mujoco", "-h"], "envpool:HalfCheetah-v4")):
+        with pytest.raises(SystemExit) as stop:
+            train.parse_config(argv)
+        assert stop.value.code == 0
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert len(lines) <= 45 and max(map(len, lines)) <= 80
+        named = re.findall(r"(?<![\w-])--[a-z0-9]+(?:-[a-z0-9]+)*", out)
+        every = {flag(f.name) for f in dataclasses.fields(Config)}
+        assert every <= set(named) and {n for n in named if n != "--help-all"} <= every
+        entries, current = {}, None  # the common flags' entries: "  --flag   text", continued 21 columns in
+        for ln in lines[lines.index(next(ln for ln in lines if ln.startswith("  --preset"))):]:
+            if ln.startswith("  --"):
+                current, text = ln.split(None, 1)
+                entries[current] = text
+            elif ln.startswith(" " * 21) and current:
+                entries[current] += " " + ln.strip()
+            else:
+                break
+        assert list(entries) == [flag(f) for f in cli.GROUPS[0][2]]
+        for f in cli.GROUPS[0][2]:
+            assert entries[flag(f)].startswith(cli.SHORT_HELP[f] + " [") and entries[flag(f)].endswith("]"), f
+        assert entries["--env"].endswith(f"[{env}]")
+        assert "--help-all" in lines[-1] or "--help-all" in lines[-2]
 
 
 def entry(help_text: str, name: str) -> str:
@@ -64,7 +93,7 @@ def test_optional_flags_show_a_clean_metavar_and_what_unset_means(help_text):
         text = entry(help_text, f"{flag(name)} {metavar}")
         assert f"(default: {unset})" in text, text
     # A value given by a settings file or preset is shown as the default instead.
-    given = run_cli("--preset", "minatar", "--help", timeout=120).stdout
+    given = run_cli("--preset", "minatar", "--help-all", timeout=120).stdout
     assert entry(given, "--preset NAME").endswith("(default: minatar)"), entry(given, "--preset NAME")
 
 
@@ -106,7 +135,7 @@ def test_another_frameworks_flag_without_a_flag_of_ours_says_how_it_is_done_here
     assert train.main(argv + ["--logdir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "--return-window" not in err, err
-    assert err.rstrip().endswith("python -m accerl_jax.train --help lists every flag")
+    assert err.rstrip().endswith("python -m accerl_jax.train --help-all lists every flag")
     assert not (tmp_path / "run").exists()
 
 
@@ -120,7 +149,7 @@ def test_other_ways_never_shadow_a_flag_or_a_common_name():
     (["--num-env", "3"], "unknown flag --num-env (perhaps --num-envs"),
     (["--no-anneal", "--seed", "1"], "unknown flag --no-anneal (perhaps --no-anneal-lr"),
     (["--learning_rte=0.1"], "unknown flag --learning_rte (perhaps --learning-rate"),
-    (["--seed", "-1", "--xyzzy"], "unknown flag --xyzzy; python -m accerl_jax.train --help lists every flag"),
+    (["--seed", "-1", "--xyzzy"], "unknown flag --xyzzy; python -m accerl_jax.train --help-all lists every flag"),
 ])
 def test_misspelled_flag_suggests_the_closest(capsys, argv, needle):
     assert train.main(argv) == 2
@@ -131,7 +160,7 @@ def test_misspelled_flag_suggests_the_closest(capsys, argv, needle):
 def test_unknown_flag_from_the_real_entry_point_is_one_line(tmp_path):
     proc = run_cli("--lr", "1e-3", "--logdir", str(tmp_path / "run"), timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr == ("error: unknown flag --lr (perhaps --learning-rate); python -m accerl_jax.train --help "
+    assert proc.stderr == ("error: unknown flag --lr (perhaps --learning-rate); python -m accerl_jax.train --help-all "
                            "lists every flag\n"), proc.stderr
     assert not (tmp_path / "run").exists()
 

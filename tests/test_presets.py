@@ -91,7 +91,7 @@ def test_help_groups_every_flag_once_with_the_common_ones_first(capsys):
     docs = cli.field_docs()
     assert set(docs) == set(grouped) and all(docs.values())  # every flag has its help
     with pytest.raises(SystemExit):
-        train.parse_config(["--help"])
+        train.parse_config(["--help-all"])
     out = capsys.readouterr().out
     import re
 
