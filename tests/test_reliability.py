@@ -349,6 +349,16 @@ def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
         assert summary["updates"] == 2 + guard.MAX_SKIP_STREAK
 
 
+def test_diverged_student_is_named_in_the_sebulba_loop_too(tmp_path):
+    """Sebulba's actors run the compressor's parameters in their own threads: a student that diverged is
+    named as the cause there too (its NaN behaviour log_prob is the symptom), not the learner."""
+    summary = loop.train(tiny(None, env="envpool:CartPole-v1", compressor="distill:tiny",
+                              distill_learning_rate=1e30, on_nan="stop"))
+    assert summary["loop"] == "sebulba" and summary["stopped"] == "diverged"
+    assert "non-finite compressed actor parameters at update" in summary["stop_reason"]
+    assert "the learner did not" in summary["stop_reason"]
+
+
 def test_most_updates_skipped_is_not_a_normal_finish(tmp_path, monkeypatch):
     poison_updates(monkeypatch, {1, 2, 4, 5, 7}, "grad_norm")  # 5 of 8, never more than 2 in a row
     summary = loop.train(tiny(None, on_nan="skip"))

@@ -183,7 +183,10 @@ class SebulbaStepper:
             self._wait_for_compression(it - 2)
             rho_params = self.state.params  # the parameters the update computes ρ with
             with clock.time("learner"):
-                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it)
+                # The actors' current parameters name a diverged compressor as the cause of a bad update
+                # (guard.refine; read only for a bad one), as the other loops name theirs.
+                self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it,
+                                                                actor_params=self.actor_box.item[0])
                 jax.block_until_ready(self.state)
             obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
             self.learner_box.publish((self.state.params, obs, teacher_kwargs(outputs, obs.shape[0]), rollout,
