@@ -33,10 +33,11 @@ import pytest  # noqa: E402
 # processes a file starts (CLI runs, devices, notebooks) and its compilations. Order only: a file missing
 # here still runs, after these; a stale order only costs balance.
 COSTLIEST_FIRST = (
-    "test_devices.py", "test_readme.py", "test_multihost_resume.py", "test_compressor.py", "test_notebooks.py", "test_learner.py",
+    "test_devices.py", "test_readme.py", "test_multihost_resume.py", "test_experiments.py", "test_compressor.py", "test_notebooks.py", "test_learner.py",
     "test_cli_correctors.py", "test_cli.py", "test_layouts.py", "test_evaluate_export.py", "test_bad_input.py",
     "test_reliability.py", "test_anakin.py", "test_auto.py", "test_losses.py", "test_corrector.py",
-    "test_sebulba.py", "test_loop.py", "test_envs.py", "test_monitor.py", "test_register_compressor.py",
+    "test_sebulba.py", "test_driver.py", "test_loop.py", "test_components.py", "test_envs.py", "test_monitor.py",
+    "test_register_compressor.py", "test_plan.py", "test_plot.py",
 )
 
 CACHE_SETTINGS = {
