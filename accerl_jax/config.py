@@ -158,7 +158,7 @@ class Config:
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has
-    none to spare); experiments/distill_overlap.py measures it on the machine at hand."""
+    none to spare); `python -m experiments.bench run distill_overlap` measures it on the machine at hand."""
     cost_split: bool = False
     """After training, also compile and time each piece of an update alone (rollout with the acting and with
     the learner's policy, learner update, compression) and report the timed actor's share and ceiling on

@@ -46,8 +46,8 @@ def gradient_loop_unroll(family: str | None, length: int, platform: str | None =
     (default: JAX's default backend): ``length`` (straight-line code) for a conv net on XLA:CPU, else 1.
 
     XLA:CPU runs a conv net's gradient steps much slower inside a loop than in straight-line code
-    (docs/DESIGN.md, "Known XLA:CPU pitfall"; ``experiments/learner_unroll.py`` measures it for APPO's
-    passes over a rollout); unrolled, the update takes longer to compile.
+    (docs/DESIGN.md, "Known XLA:CPU pitfall", has the measurement for APPO's passes over a rollout);
+    unrolled, the update takes longer to compile.
     """
     return length if family == "cnn" and (platform or jax.default_backend()) == "cpu" else 1
 

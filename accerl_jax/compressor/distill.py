@@ -28,8 +28,8 @@ Two modes:
   published last; the thread runs ``steps`` jitted gradient steps per snapshot and publishes a new
   student with a higher ``version``. The actor thus runs a student that may be one snapshot behind,
   which the Corrector accounts for. The thread is a daemon; jitted steps release the GIL, so it
-  overlaps the learner and actor only where there are idle cores (measured in
-  ``experiments/distill_overlap.py``). In this mode the ``state`` argument of ``compress`` is not read:
+  overlaps the learner and actor only where there are idle cores (the ``distill_overlap`` benchmark,
+  ``python -m experiments.bench run distill_overlap``, measures it). In this mode the ``state`` argument of ``compress`` is not read:
   the state returned is the thread's last published one.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The sequential stepper: actor rollout, learner update and compression as separate jitted calls, one
-after the other, each timed apart (``--loop sequential``; the baseline of
-``experiments/throughput.py``). The actor runs the compressed parameters made ``--policy-lag`` updates
-before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard
-is fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuard`). It yields one
+"""The sequential stepper: actor rollout, learner update and compression as separate jitted calls, one after
+the other, each timed apart (``--loop sequential``; the ``loop_throughput`` benchmark measures it against the
+Anakin loop and the bare program). The actor runs the compressed parameters made ``--policy-lag`` updates
+before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard is
+fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuard`). It yields one
 :class:`~accerl_jax.driver.Step` per update; the :class:`~accerl_jax.driver.Driver` does the rest.
 """
 from __future__ import annotations
