@@ -141,7 +141,8 @@ def _compressor_verdict(summary: dict) -> str:
     if name == "none":
         return f"Compressor none: actors run the learner's own policy; {share}."
     speedup = summary.get("actor_policy_speedup")
-    faster = "" if speedup is None else f"its policy runs {speedup:.2f}x the uncompressed speed, but "
+    faster = "" if speedup is None else f"its policy runs {speedup:.2f}x the uncompressed speed, but " \
+        if speedup > 1 else f"its policy runs {speedup:.2f}x the uncompressed speed (no faster); "
     saving = split["predicted_saving"]
     net = (f"it saves {_pct(saving)} of an update" if saving > 0.005 else
            f"it costs {_pct(-saving)} of an update (compression included)" if saving < -0.005 else
