@@ -266,12 +266,12 @@ def test_learner_exception_stops_run_with_original_error(tmp_path, monkeypatch):
 
         calls = 0
 
-        def __call__(self, state, batch, update_number: int = 0):
+        def __call__(self, state, batch, update_number: int = 0, actor_params=None):
             FailingGuard.calls += 1
             if FailingGuard.calls == 3:
                 when["t"] = time.perf_counter()
                 raise FloatingPointError("injected learner fault")
-            return super().__call__(state, batch, update_number)
+            return super().__call__(state, batch, update_number, actor_params)
 
     monkeypatch.setattr(sebulba, "UpdateGuard", FailingGuard)
     train_until_fault(logdir, FloatingPointError, "injected learner fault", when)
