@@ -44,7 +44,6 @@ import numpy as np
 from accerl_jax.config import ConfigError
 from accerl_jax.run_folder import CHECKPOINT_DIR
 # The run folder's life (accerl_jax.run_folder), importable from here too for run.py, loop.py and driver.py.
-from accerl_jax.run_folder import lock_run, remove_run, trim_metrics  # noqa: F401
 FORMAT = 1
 # Fields that control how a run is run, not what it computes: they may differ when it is resumed (every
 # process of a multi-host run resumes the checkpoint process 0 wrote, with its own --process-id).
@@ -439,6 +438,5 @@ __all__ = [
     "CHECKPOINT_DIR", "Checkpointer", "ResumePoint", "TrainState", "RUN_CONTROL_FIELDS", "RESUME_MAY_CHANGE",
     "RUN_CADENCE_FIELDS", "PER_INVOCATION_FIELDS", "LAYOUT_FIELDS",
     "find_checkpoint", "finished_steps", "read_record", "read_checked", "host_leaves", "read_leaves",
-    "trim_metrics", "host_key_only",
-    "lock_run", "remove_run",
+    "host_key_only",
 ]

@@ -31,7 +31,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, clock, compile_cache, networks, speed
+from accerl_jax import checkpoint, clock, compile_cache, networks, run_folder, speed
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
@@ -340,7 +340,7 @@ class Driver:
         self._close_outputs()
         run.lock.release()
         if self.completed == run.start_update == 0:
-            checkpoint.remove_run(run.logdir)
+            run_folder.remove_run(run.logdir)
             for m in self.monitors if len(self.monitors) > 1 else []:
                 m.discard()
             run.monitor.discard()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from accerl_jax import checkpoint, clock, distributed
+from accerl_jax import clock, distributed, run_folder
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.driver import Driver
 from accerl_jax.loops import STEPPERS
@@ -58,7 +58,7 @@ def train(cfg: Config, *, trained: dict | None = None) -> dict:
             return summary
         except KeyboardInterrupt:
             for logdir in claimed:  # stopped during setup or compilation: free the folder for a rerun
-                checkpoint.remove_run(logdir)
+                run_folder.remove_run(logdir)
                 if os.path.isdir(logdir) and not os.listdir(logdir):
                     os.rmdir(logdir)
             raise

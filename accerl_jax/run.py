@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, compile_cache
+from accerl_jax import checkpoint, compile_cache, run_folder
 from accerl_jax import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import distributed, networks, speed, xla
@@ -265,8 +265,8 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
         if cfg.overwrite:
             # A folder another process is writing is refused (ConfigError) with nothing deleted; the lock is
             # kept, so that no other process can start in the folder while it is replaced.
-            held = checkpoint.lock_run(logdir) if os.path.isdir(logdir) else None
-            checkpoint.remove_run(logdir, keep_lock=held is not None)
+            held = run_folder.lock_run(logdir) if os.path.isdir(logdir) else None
+            run_folder.remove_run(logdir, keep_lock=held is not None)
         claim_logdir(logdir)
         claimed.append(logdir)
 
@@ -335,15 +335,15 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
             template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
         restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
-        lock = held or checkpoint.lock_run(logdir)  # ConfigError if another process is writing this run
+        lock = held or run_folder.lock_run(logdir)  # ConfigError if another process is writing this run
     except ConfigError:
         saver.close()
         raise
     if resume_point is not None:
         if pid == 0:
-            checkpoint.trim_metrics(logdir, extra["completed"])
+            run_folder.trim_metrics(logdir, extra["completed"])
             for k in range(cfg.num_seeds if cfg.num_seeds > 1 else 0):  # each seed's own rows
-                checkpoint.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
+                run_folder.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
         wall_start -= extra["wall_time_s"]
     wandb = None
     if (cfg.wandb or cfg.wandb_project) and pid == 0:
