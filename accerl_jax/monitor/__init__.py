@@ -34,10 +34,9 @@ from accerl_jax.monitor.stages import STAGES
 from accerl_jax.monitor.summary import STEPS_LEGEND, print_summary
 from accerl_jax.monitor.tensorboard_sink import TENSORBOARD_GROUPS, tensorboard_tag
 from accerl_jax.monitor.wandb_sink import require_wandb
-from accerl_jax.run_folder import RUN_FILES, is_run_file
 
 __all__ = [
-    "CURVE_STAGES", "LEGEND", "Monitor", "RUN_FILES", "STAGES", "STEPS_LEGEND", "TABLE_COLUMNS", "TABLE_EVERY",
-    "TENSORBOARD_GROUPS", "atomic_write", "atomic_write_json", "gaussian_policy_divergence", "is_run_file",
+    "CURVE_STAGES", "LEGEND", "Monitor", "STAGES", "STEPS_LEGEND", "TABLE_COLUMNS", "TABLE_EVERY",
+    "TENSORBOARD_GROUPS", "atomic_write", "atomic_write_json", "gaussian_policy_divergence",
     "policy_divergence", "print_summary", "require_wandb", "tensorboard_tag",
 ]
