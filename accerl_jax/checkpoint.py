@@ -270,7 +270,7 @@ def read_checked(point: ResumePoint, what: str) -> dict:
       ConfigError: ``bad <what>: checkpoint ... is damaged`` (unreadable data or a digest mismatch).
     """
 
-    _ignore_closed_loop_callbacks()
+    _ignore_closed_loop_callbacks(os.path.join(point.logdir, CHECKPOINT_DIR))
     where = f"checkpoint {os.path.join(point.logdir, CHECKPOINT_DIR, str(point.step))!r}"
     records = point.meta.get("leaves")
     if not isinstance(records, list):
@@ -292,24 +292,52 @@ def read_checked(point: ResumePoint, what: str) -> dict:
     return out
 
 
-def _ignore_closed_loop_callbacks() -> None:
-    """After a failed read, tensorstore reads still in flight complete into orbax's already-closed asyncio
-    loop; Python then reports ``RuntimeError('Event loop is closed')`` as an "Exception ignored" traceback
-    under our one-line error. Drop exactly those reports (every other one still goes to the old hook)."""
+def _ignore_closed_loop_callbacks(root: str) -> None:
+    """Keep the orphaned reads of a failed restore of a checkpoint under ``root`` off the user's screen.
+
+    After one read of a damaged checkpoint fails, orbax raises at once and the other tensorstore reads
+    still in flight finish on their own: (1) into orbax's already-closed asyncio loop, which Python reports
+    as an "Exception ignored" ``RuntimeError('Event loop is closed')`` traceback, and (2) as tasks whose
+    exceptions nobody retrieves, which asyncio logs as "Task exception was never retrieved" when they are
+    garbage-collected (at any later moment, so the filter stays for the process's life). Either would print
+    tracebacks under our one-line error. Drop exactly those reports: (1) by message, (2) only when the
+    record names a file under ``root`` (every other report still goes where it went).
+    """
     import sys
 
+    _ORPHAN_ROOTS.add(os.path.abspath(root))
     previous = sys.unraisablehook
-    if getattr(previous, "_accerl_closed_loop_filter", False):
-        return
+    if not getattr(previous, "_accerl_closed_loop_filter", False):
 
-    def hook(unraisable):
-        exc = unraisable.exc_value
-        if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
-            return
-        previous(unraisable)
+        def hook(unraisable):
+            exc = unraisable.exc_value
+            if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+                return
+            previous(unraisable)
 
-    hook._accerl_closed_loop_filter = True
-    sys.unraisablehook = hook
+        hook._accerl_closed_loop_filter = True
+        sys.unraisablehook = hook
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _OrphanedReadFilter) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_OrphanedReadFilter())
+
+
+_ORPHAN_ROOTS: set = set()
+
+
+class _OrphanedReadFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" records of reads under a root in
+    ``_ORPHAN_ROOTS`` (see :func:`_ignore_closed_loop_callbacks`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if not message.startswith("Task exception was never retrieved"):
+            return True
+        text = message + (repr(record.exc_info[1]) if record.exc_info else "")
+        return not any(root in text for root in _ORPHAN_ROOTS)
 
 
 class Checkpointer:
@@ -362,7 +390,8 @@ class Checkpointer:
           ConfigError: if the checkpoint's leaves do not match ``template`` (a different network,
             compressor or environment), or if its data is damaged (unreadable or SHA-256 mismatch).
         """
-        _ignore_closed_loop_callbacks()  # before reading: the reports can come while the error is raised
+        # before reading: the reports can come while the error is raised
+        _ignore_closed_loop_callbacks(os.path.join(point.logdir, CHECKPOINT_DIR))
         try:
             return self._restore(point, template)
         except ConfigError:
