@@ -11,7 +11,7 @@ The five components (docs/DESIGN.md), each findable by name here:
   (:mod:`accerl_jax.learner`);
 * **Monitor** -- :class:`Monitor` (:mod:`accerl_jax.monitor`).
 
-A whole run: :func:`accerl_jax.loop.train` of a :class:`Config`; the command line is
+A whole run: :func:`accerl_jax.run.training.train` of a :class:`Config`; the command line is
 ``python -m accerl_jax.train``. The names load on first use, so ``import accerl_jax`` stays cheap.
 """
 
@@ -19,7 +19,7 @@ import importlib as _importlib
 import time as _time
 
 __version__ = "0.1.0"
-IMPORTED_AT = _time.perf_counter()  # accerl_jax.clock.process_age's origin where /proc is missing
+IMPORTED_AT = _time.perf_counter()  # accerl_jax.platform.clock.process_age's origin where /proc is missing
 
 # Public name -> the module that defines it (loaded at the name's first use: PEP 562).
 _EXPORTS = {
@@ -43,6 +43,7 @@ _EXPORTS = {
     "Rollout": "accerl_jax.types",
     "Config": "accerl_jax.config",
     "ConfigError": "accerl_jax.config",
+    "run_training": "accerl_jax.run.training",
 }
 __all__ = sorted(_EXPORTS)
 

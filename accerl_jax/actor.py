@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from accerl_jax import xla
+from accerl_jax.platform import xla
 from accerl_jax.networks import policy_distribution
 from accerl_jax.types import ApplyFn, Rollout, Transition, pack_bootstrap_obs
 
@@ -236,7 +236,7 @@ class ShardedActor:
 
     Group ``g`` (a global index) is reset with its own key ``fold_in(key, g)``, so its rollout depends only
     on ``g``, not on which device or process steps it, nor on how many groups are stepped together. With
-    one env per group (:func:`accerl_jax.shards.env_group_ids`, as :func:`accerl_jax.run.setup` builds it),
+    one env per group (:func:`accerl_jax.run.shards.env_group_ids`, as :func:`accerl_jax.run.build.setup` builds it),
     one device stepping all ``B`` envs, ``D`` devices stepping ``B/D`` each, or several processes
     stepping their own columns produce the same rollouts.
 
@@ -330,7 +330,7 @@ def make_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp", gr
     :class:`ShardedActor` of those env groups (``env`` is then one group's jittable adapter) placed over
     ``mesh``.
 
-    ``family`` (``"mlp"``/``"cnn"``) selects the compiler options (:func:`accerl_jax.xla.options_for`).
+    ``family`` (``"mlp"``/``"cnn"``) selects the compiler options (:func:`accerl_jax.platform.xla.options_for`).
 
     Raises:
       ValueError: ``groups`` with a host env, or groups that do not split evenly over ``mesh``.

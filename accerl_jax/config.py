@@ -26,7 +26,7 @@ class Config:
     preset: Optional[str] = None
     """Start from named settings for an environment family: 'classic' (gymnax classic control; the
     defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, Sebulba), 'mujoco' (envpool MuJoCo,
-    APPO); see accerl_jax/presets.py for each one's values and where they come from. Other flags override it."""
+    APPO); see accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
     config: Optional[str] = None
     """A YAML or TOML file of settings (these flags' names, e.g. 'num_envs: 64'), applied after --preset;
     flags on the command line override it."""
@@ -133,7 +133,7 @@ class Config:
     network family's own widths (shown as the default)."""
     discount: float = 0.99
     """Discount γ per agent step."""
-    # The flag is --lambda (accerl_jax.cli also accepts the field's own name, --lambda_, without listing it).
+    # The flag is --lambda (accerl_jax.tools.cli also accepts the field's own name, --lambda_, without listing it).
     lambda_: Annotated[float, tyro.conf.arg(name="lambda")] = 1.0
     """Trace λ of the corrector (V-trace, Retrace, IS); GAE's λ with --loss appo. Settings files take lambda or
     lambda_."""

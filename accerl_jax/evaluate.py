@@ -1,12 +1,12 @@
 """Command line: ``python -m accerl_jax.evaluate RUN_DIR [--episodes N] [--policy actor|learner] [--greedy]
 [--num-envs B] [--seed S] [--video PATH] [--step K]``; ``--help`` lists all flags.
 
-Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.trained`) on fresh environments of the
+Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.tools.trained`) on fresh environments of the
 run's env id, through the same adapters as training (:mod:`accerl_jax.envs`: episode ends and time
 limits as the learner saw them), prints the return and length statistics and writes them atomically to
 ``<RUN_DIR>/eval.json``; nothing else in the run folder changes. Each of the ``B`` envs plays a fixed
 quota of the ``N`` episodes (``N // B``, one more for the first ``N % B``), so short episodes are not
-over-represented. ``--video`` writes one episode as an animated GIF or MP4 (:mod:`accerl_jax.video`).
+over-represented. ``--video`` writes one episode as an animated GIF or MP4 (:mod:`accerl_jax.tools.video`).
 Bad input exits with status 2 and one line naming it (no traceback).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import tyro
 
-from accerl_jax import cli
+from accerl_jax.tools import cli
 from accerl_jax.config import ConfigError
 
 EVAL_FILE = "eval.json"
@@ -59,8 +59,8 @@ def check_args(args: Args) -> None:
     Raises:
       ConfigError: naming the bad flag and value and what is accepted.
     """
-    from accerl_jax.seeds import eval_envpool_seed
-    from accerl_jax.video import check_video_path
+    from accerl_jax.envs.seeds import eval_envpool_seed
+    from accerl_jax.tools.video import check_video_path
 
     if not 0 < args.episodes <= 10_000_000:
         raise ConfigError(f"bad --episodes {args.episodes}; expected an integer in [1, 10^7]")
@@ -81,7 +81,7 @@ def check_args(args: Args) -> None:
 
 
 def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False) -> dict:
-    """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.trained.Trained`) on its env.
+    """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env.
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
@@ -94,8 +94,8 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     import jax.numpy as jnp
     import numpy as np
 
-    from accerl_jax.seeds import EvalUse, eval_key
-    from accerl_jax.trained import make_forward
+    from accerl_jax.envs.seeds import EvalUse, eval_key
+    from accerl_jax.tools.trained import make_forward
 
     env, info = trained.env, trained.info
     b = info.num_envs
@@ -199,7 +199,7 @@ def evaluate(args: Args) -> dict:
       ConfigError: any bad flag or run folder (see the module docstring), before anything is written.
     """
     from accerl_jax import monitor
-    from accerl_jax import trained as trained_lib
+    from accerl_jax.tools import trained as trained_lib
 
     check_args(args)
     trained = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=args.num_envs,
@@ -230,7 +230,7 @@ def evaluate(args: Args) -> dict:
         record["run_kl_learner_actor"] = summary.get("kl_learner_actor")
         record["run_action_agreement"] = summary.get("action_agreement")
     if args.video is not None:
-        from accerl_jax.video import write_video
+        from accerl_jax.tools.video import write_video
 
         frames = played["first_episode"]
         write_video(frames, trained.info, args.video, progress=args.progress)

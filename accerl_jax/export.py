@@ -1,9 +1,9 @@
 """Command line: ``python -m accerl_jax.export RUN_DIR --out DIR [--policy actor|learner] [--step K]``;
 ``--help`` lists all flags.
 
-Writes a trained policy (:mod:`accerl_jax.trained`) as a program that runs without accerl_jax:
+Writes a trained policy (:mod:`accerl_jax.tools.trained`) as a program that runs without accerl_jax:
 
-* ``DIR/policy.jax``: the forward function :func:`accerl_jax.trained.make_forward` serialized with
+* ``DIR/policy.jax``: the forward function :func:`accerl_jax.tools.trained.make_forward` serialized with
   ``jax.export`` (StableHLO bytecode; the batch dimension ``b`` symbolic, the parameters embedded as
   constants in their own dtypes, so an ``int8`` actor keeps its int8 weights and per-channel scales):
   ``(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])``
@@ -27,7 +27,7 @@ from typing import Annotated, Optional
 
 import tyro
 
-from accerl_jax import cli
+from accerl_jax.tools import cli
 from accerl_jax.config import ConfigError
 
 PROGRAM_FILE = "policy.jax"
@@ -73,13 +73,13 @@ def check_out(out: str) -> None:
 def held_observations(trained, seed: int):
     """``(obs, learner_out)``: ``[HELD_ENVS * HELD_STEPS, *obs_shape]`` observations visited by
     ``trained``'s learner policy on fresh envs of its env id (sampled actions), and the learner's policy
-    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``. ``seed``: evaluation's (:mod:`accerl_jax.seeds`)."""
+    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``. ``seed``: evaluation's (:mod:`accerl_jax.envs.seeds`)."""
     import jax
     import numpy as np
 
     from accerl_jax.envs import make_env
-    from accerl_jax.seeds import EvalUse, eval_envpool_seed, eval_key
-    from accerl_jax.trained import make_forward
+    from accerl_jax.envs.seeds import EvalUse, eval_envpool_seed, eval_key
+    from accerl_jax.tools.trained import make_forward
 
     env = make_env(trained.cfg.env, HELD_ENVS, eval_envpool_seed(seed, HELD_ENVS))
     forward = jax.jit(make_forward(trained.learner_apply, trained.learner_params, env.info))
@@ -98,12 +98,12 @@ def held_observations(trained, seed: int):
 
 
 def export_program(apply, params, info) -> bytes:
-    """The serialized ``jax.export`` program of :func:`accerl_jax.trained.make_forward` for ``apply`` and
+    """The serialized ``jax.export`` program of :func:`accerl_jax.tools.trained.make_forward` for ``apply`` and
     ``params`` (embedded), batch dimension symbolic (module docstring)."""
     import jax
     import numpy as np
 
-    from accerl_jax.trained import make_forward
+    from accerl_jax.tools.trained import make_forward
 
     forward = make_forward(apply, params, info)
     (b,) = jax.export.symbolic_shape("b")
@@ -118,7 +118,7 @@ def export(args: Args) -> dict:
     Raises:
       ConfigError: a bad flag, run folder or ``--out`` (module docstring), before anything is written.
     """
-    from accerl_jax import trained as trained_lib
+    from accerl_jax.tools import trained as trained_lib
 
     check_out(args.out)
     loaded = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=1, seed=args.seed,
@@ -127,15 +127,15 @@ def export(args: Args) -> dict:
 
 
 def export_trained(trained, out: str, *, seed: int = 1) -> dict:
-    """Write ``trained``'s (:class:`accerl_jax.trained.Trained`) ``policy.jax`` and ``policy.json`` into
+    """Write ``trained``'s (:class:`accerl_jax.tools.trained.Trained`) ``policy.jax`` and ``policy.json`` into
     ``out`` (module docstring); returns the JSON record. ``seed``: of the held observations' envs."""
     import jax
     import numpy as np
 
     from accerl_jax import monitor, networks
     from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
-    from accerl_jax.seeds import EvalUse, eval_key
-    from accerl_jax.trained import make_forward
+    from accerl_jax.envs.seeds import EvalUse, eval_key
+    from accerl_jax.tools.trained import make_forward
 
     info = trained.info
     program = export_program(trained.apply, trained.params, info)

@@ -53,7 +53,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from accerl_jax import corrector, xla
+from accerl_jax import corrector
+from accerl_jax.platform import xla
 from accerl_jax.networks import policy_distribution
 from accerl_jax.types import ApplyFn, Rollout, bootstrap_slot
 
@@ -68,7 +69,7 @@ def loss_conflict(loss: str, corrector_name: str, epochs: int, minibatches: int)
     of :data:`LOSSES`), ``"appo-retrace"`` (APPO needs state-value advantages), ``"passes"`` (``epochs``
     or ``minibatches`` below 1) or ``"passes-without-appo"`` (more than one pass needs ``appo``). The one
     home of these rules: :class:`LossConfig` raises ``ValueError(reason)``, the plan a ConfigError naming
-    the flags (:func:`accerl_jax.plan.make_loss_config`).
+    the flags (:func:`accerl_jax.run.plan.make_loss_config`).
     """
     if corrector_name not in corrector.CORRECTORS:
         return "corrector", f"unknown corrector {corrector_name!r}; expected one of {', '.join(corrector.CORRECTORS)}"
@@ -375,7 +376,7 @@ def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg
 
 
 # The learner's stream of a seed: fold_in(PRNGKey(seed), LEARNER_STREAM), apart from the split(., 3) of
-# the network, compressor and actor keys (accerl_jax.run), whose counters are 0..5.
+# the network, compressor and actor keys (accerl_jax.run.build), whose counters are 0..5.
 LEARNER_STREAM = 0x4C524E
 
 
@@ -436,8 +437,8 @@ def make_update(
         rollout).
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
-      family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`) and, with APPO,
-        whether its gradient steps are unrolled (:func:`accerl_jax.xla.gradient_loop_unroll`: conv nets on
+      family: network family, for the compiler options (:func:`accerl_jax.platform.xla.options_for`) and, with APPO,
+        whether its gradient steps are unrolled (:func:`accerl_jax.platform.xla.gradient_loop_unroll`: conv nets on
         XLA:CPU).
       learning_rate: the optimizer's schedule (:func:`make_schedule`), to report the learning rate of
         each step as the metric ``learning_rate``; None: not reported.
@@ -542,7 +543,7 @@ def make_update(
 def make_mesh(devices=None) -> Mesh:
     """A 1-D mesh named ``"batch"`` over ``devices`` (default: all local devices; a multi-host run passes
     ``jax.devices()``, the devices of every process, and feeds the update through
-    :func:`accerl_jax.shards.make_global_update`)."""
+    :func:`accerl_jax.run.shards.make_global_update`)."""
     devices = jax.local_devices() if devices is None else devices
     return Mesh(np.asarray(devices), (AXIS,))
 
@@ -593,7 +594,7 @@ def make_learner(
     Args:
       apply, optimizer, cfg, mesh, family, learning_rate, outputs: as :func:`make_update`.
       state_mesh: where ``init`` places the state (default: ``mesh``); a multi-process run whose update
-        assembles the global batch (:func:`accerl_jax.shards.make_global_update`) keeps a process-local
+        assembles the global batch (:func:`accerl_jax.run.shards.make_global_update`) keeps a process-local
         state on one device.
 
     Returns:

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import xla
+from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
 # Width multipliers of the distillation student presets (``distill:<preset>``).
@@ -278,7 +278,7 @@ def init_params(spec: NetworkSpec, key: jax.Array):
     """Initial parameters of ``build(spec)`` for one observation of ``spec.obs_shape``."""
     dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
     # Jitted: op-by-op initialisation compiles every primitive separately, which is slow on XLA:CPU; it
-    # runs once, so it compiles with the one-shot options (accerl_jax.xla.one_shot_options).
+    # runs once, so it compiles with the one-shot options (accerl_jax.platform.xla.one_shot_options).
     return xla.one_shot_jit(build(spec).init, spec.family)(key, dummy)
 
 

@@ -36,7 +36,7 @@ from typing import Annotated, Optional
 import numpy as np
 import tyro
 
-from accerl_jax.checkpoint import RUN_CONTROL_FIELDS
+from accerl_jax.run.checkpoint import RUN_CONTROL_FIELDS
 from accerl_jax.config import flag
 from accerl_jax.monitor import STAGES
 
@@ -406,7 +406,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from accerl_jax import cli
+    from accerl_jax.tools import cli
     from accerl_jax.config import ConfigError
 
     try:

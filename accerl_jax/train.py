@@ -12,9 +12,9 @@ import os
 import signal
 import sys
 
-from accerl_jax import cli, presets
+from accerl_jax.tools import cli, presets
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.signals import exit_code
+from accerl_jax.run.signals import exit_code
 
 
 def plot_command(summary: dict) -> str:
@@ -53,10 +53,10 @@ def resume_line(cfg: Config) -> str | None:
     """The line a ``--resume`` prints before its first log block: the run folder, the checkpoint it continues
     from (update and env step) and the budget it continues to; None for a new run, for a multi-host process
     other than 0, and for a resume that training will refuse (its budget already done, or no checkpoint:
-    the refusal is the one line then). Plain file reads (:func:`accerl_jax.checkpoint.find_checkpoint`)."""
+    the refusal is the one line then). Plain file reads (:func:`accerl_jax.run.checkpoint.find_checkpoint`)."""
     if cfg.resume is None or (cfg.process_id or 0) != 0:
         return None
-    from accerl_jax import checkpoint
+    from accerl_jax.run import checkpoint
 
     try:
         point = checkpoint.find_checkpoint(cfg.resume, "--resume", latest_only=True)
@@ -89,20 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # --help into a reader that stopped early: nothing went wrong
         _stdout_closed()
         return 0
-    from accerl_jax import distributed
+    from accerl_jax.run import distributed
 
     try:
         distributed.join(cfg)  # multi-host: before the imports below touch a JAX device
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from accerl_jax.loop import train  # heavy imports after --help has been served
+    from accerl_jax.run.training import run_training  # heavy imports after --help has been served
 
     line = resume_line(cfg)
     if line is not None:
         print(line, flush=True)
     try:
-        summary = train(cfg)
+        summary = run_training(cfg)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as err:  # accerl_jax.signals.Interrupted carries the signal
+    except KeyboardInterrupt as err:  # accerl_jax.run.signals.Interrupted carries the signal
         print("interrupted before the first update of this session finished; nothing to save (a new run's "
               "log folder was freed, a resumed run's checkpoints are unchanged)", file=sys.stderr)
         return exit_code(getattr(err, "signum", None))

@@ -6,7 +6,7 @@ rollout (a chunk ends at every --log-every / --checkpoint-every multiple).
 """
 from __future__ import annotations
 
-from accerl_jax import run as run_lib
+from accerl_jax.run import build as run_lib
 from accerl_jax.loops import anakin
 
 

@@ -13,9 +13,10 @@ import os
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, loop
+from accerl_jax import run_training
+from accerl_jax.run import checkpoint
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.plan import choose_loop
+from accerl_jax.run.plan import choose_loop
 from tiny_config import tiny_config
 
 UPDATES = 4
@@ -27,7 +28,7 @@ tiny = functools.partial(tiny_config, updates=UPDATES, num_envs=4, checkpoint_ev
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("anakin") / "run"
-    return loop.train(tiny(logdir, loop="anakin", cost_split=True)), str(logdir)
+    return run_training(tiny(logdir, loop="anakin", cost_split=True)), str(logdir)
 
 
 def test_auto_loop_is_anakin_for_gymnax_and_sebulba_for_envpool():
@@ -43,7 +44,7 @@ def test_auto_loop_on_several_processes():
     """Several processes: the Anakin loop on global arrays for gymnax; the sequential loop where the Anakin
     program cannot span processes (envpool); --compressor auto runs in both (process 0's measurements
     decide for all: tests/test_devices.py)."""
-    from accerl_jax.plan import check_config
+    from accerl_jax.run.plan import check_config
 
     assert choose_loop(Config(env="gymnax:CartPole-v1"), num_processes=2) == "anakin"
     assert choose_loop(Config(env="envpool:CartPole-v1"), num_processes=2) == "sequential"
@@ -68,7 +69,7 @@ def test_auto_loop_on_several_processes():
 ])
 def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):
     with pytest.raises(ConfigError, match=message):
-        loop.train(tiny(tmp_path / "run", **flags))
+        run_training(tiny(tmp_path / "run", **flags))
     assert not (tmp_path / "run").exists()
 
 
@@ -76,7 +77,7 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
     """The fused program and the stage-by-stage loop do the same arithmetic: same episodes, returns and
     (to float32 rounding) the same final parameters."""
     fused, fused_dir = single
-    staged = loop.train(tiny(tmp_path / "seq", loop="sequential"))
+    staged = run_training(tiny(tmp_path / "seq", loop="sequential"))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
     # Every run counts its pieces' FLOPs (only --cost-split times them): the same pieces in both loops.
     assert not staged["cost_split"]["timed"] and staged["cost_split"]["ceiling_source"] == "flops"
@@ -94,7 +95,7 @@ def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
     the student's steps (--distill-reuse-teacher, the default; ``Run.teacher_update``): the same student
     and learner to float32 rounding. Without the flag, or for a compressor without a distill stage, the
     run has no such update (the student then distils on a forward pass of the updated learner)."""
-    from accerl_jax import run as run_lib
+    from accerl_jax.run import build as run_lib
 
     kw = dict(compressor="distill:tiny", distill_steps=2, total_steps=4 * 8 * 2)
     for flags, reuse in ((kw, True), (dict(kw, distill_reuse_teacher=False), False), ({}, False)):
@@ -103,8 +104,8 @@ def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
         run.saver.close()
         run.monitor.close()
         assert (run.teacher_update is not None) == reuse, flags
-    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **kw))
-    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **kw))
+    fused = run_training(tiny(tmp_path / "fused", loop="anakin", **kw))
+    staged = run_training(tiny(tmp_path / "seq", loop="sequential", **kw))
     assert fused["updates"] == staged["updates"] == 2
     a, b = (checkpoint.read_leaves(str(tmp_path / d), 2) for d in ("fused", "seq"))
     assert list(a) == list(b) and any("student_params" in p for p in a)
@@ -140,7 +141,7 @@ def test_summary_table_shows_the_fused_program_not_zero_stage_times(single, caps
 def test_summary_reports_the_start_up(single):
     """Start-up: process start to the end of the first update (its first chunk), the part before the training
     call included; both no later than now."""
-    from accerl_jax import clock
+    from accerl_jax.platform import clock
 
     summary, _ = single
     assert 0 < summary["startup_before_train_s"] < summary["startup_s"] < clock.process_age()
@@ -153,7 +154,7 @@ def test_the_default_jobs_pieces_have_positive_flops(tmp_path):
     policy's."""
     import jax
 
-    from accerl_jax import run as run_lib
+    from accerl_jax.run import build as run_lib
     from accerl_jax.loops import pieces
 
     run = run_lib.setup(Config(compressor="distill:small", logdir=str(tmp_path / "run"), progress=False,
@@ -187,8 +188,8 @@ def test_anakin_steps_envpool_through_its_xla_interface_as_the_sequential_loop_d
     episodes (each ending in a reset step that must be invalid, or the counts would differ) and returns,
     and to float32 rounding the same parameters."""
     flags = dict(env="envpool:CartPole-v1", log_every=4, checkpoint_every=UPDATES, compressor="mask:0.5")
-    fused = loop.train(tiny(tmp_path / "fused", loop="anakin", **flags))
-    staged = loop.train(tiny(tmp_path / "seq", loop="sequential", **flags))
+    fused = run_training(tiny(tmp_path / "fused", loop="anakin", **flags))
+    staged = run_training(tiny(tmp_path / "seq", loop="sequential", **flags))
     assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
     # Host (envpool) envs: the rollout is not a piece that can be lowered alone, so no cost split.
     assert fused["cost_split"] is None and staged["cost_split"] is None
@@ -207,7 +208,7 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
     """--num-seeds 2: seed 0 of the vmapped program is the single-seed run; seed 1 is another run."""
     one, _ = single
     logdir = tmp_path / "seeds"
-    summary = loop.train(tiny(logdir, loop="anakin", num_seeds=2))
+    summary = run_training(tiny(logdir, loop="anakin", num_seeds=2))
     assert summary["num_seeds"] == 2 and len(summary["seeds"]) == 2
     per_seed = []
     for k in range(2):
@@ -262,7 +263,7 @@ def test_anakin_default_job_solves_cartpole(tmp_path, env):
     """The default job (200k steps, APPO with 8 epochs on V-trace advantages, MLP(64, 64), the learner's own
     policy acting) in the Anakin loop reaches CartPole's solved
     return (mean of the last 100 episodes >= 475), with gymnax or with envpool through its XLA interface."""
-    summary = loop.train(Config(env=env, loop="anakin", logdir=str(tmp_path / "run"), progress=False))
+    summary = run_training(Config(env=env, loop="anakin", logdir=str(tmp_path / "run"), progress=False))
     assert summary["loop"] == "anakin" and summary["stopped"] is None
     assert summary["final_return_mean"] >= 475.0
 
@@ -272,8 +273,8 @@ def test_anakin_runs_envpool_atari_end_to_end(tmp_path):
     """envpool Pong (uint8 frames [4, 84, 84], a CNN) through envpool's XLA interface in the Anakin
     program: a tiny run finishes with finite metrics (slow: the fused CNN program compiles for minutes
     on a loaded CPU)."""
-    summary = loop.train(tiny(tmp_path / "run", env="envpool:Pong-v5", loop="anakin", num_envs=2,
-                              total_steps=2 * 8 * 2))
+    summary = run_training(tiny(tmp_path / "run", env="envpool:Pong-v5", loop="anakin", num_envs=2,
+                                total_steps=2 * 8 * 2))
     assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == 2
     assert summary["learner_network"]["family"] == "cnn" and summary["total_env_steps"] == 32
     assert np.isfinite(summary["kl_learner_actor"]) and np.isfinite(summary["abs_log_rho_mean"])
@@ -285,7 +286,7 @@ def test_family_jit_nests_inside_another_jit():
     import jax
     import jax.numpy as jnp
 
-    from accerl_jax import xla
+    from accerl_jax.platform import xla
 
     inner = xla.jit(lambda x: x * 2.0, "cnn")
     outer = xla.jit(lambda x: inner(x) + 1.0, "cnn")
@@ -299,7 +300,7 @@ def test_family_options_follow_the_platform_a_call_runs_on():
     import jax
     import jax.numpy as jnp
 
-    from accerl_jax import xla
+    from accerl_jax.platform import xla
 
     assert xla.options_for("cnn", "cpu") == xla.NO_YNN and xla.options_for("cnn", "gpu") is None
     assert xla.options_for("mlp", "cpu") is None
@@ -310,7 +311,7 @@ def test_family_options_follow_the_platform_a_call_runs_on():
 def test_one_shot_programs_compile_at_level_1_on_cpu_unless_the_caller_set_a_level(monkeypatch):
     """Programs that run once (the initial state) compile at LLVM level 1 on XLA:CPU, with a conv net's
     CPU options kept; a level set in XLA_FLAGS (this test session's) applies to them as to every program."""
-    from accerl_jax import xla
+    from accerl_jax.platform import xla
 
     monkeypatch.setenv("XLA_FLAGS", "")
     assert xla.one_shot_options("mlp", "cpu") == xla.ONE_SHOT_CPU
@@ -323,7 +324,8 @@ def test_one_shot_programs_compile_at_level_1_on_cpu_unless_the_caller_set_a_lev
 INITIAL_STATES = """
 import tempfile
 import jax, numpy as np
-from accerl_jax import run as run_lib, xla
+from accerl_jax.platform import xla
+from accerl_jax.run import build as run_lib
 from accerl_jax.config import Config
 from accerl_jax.loops import anakin_state
 
@@ -378,6 +380,6 @@ def test_flops_are_counted_from_the_last_chunk_on_not_beside_training(tmp_path, 
 
     monkeypatch.setattr(anakin.AnakinStepper, "_dispatch", recording_dispatch)
     monkeypatch.setattr(pieces, "BackgroundFlops", RecordingFlops)
-    summary = loop.train(tiny(tmp_path / "run", log_every=1))
+    summary = run_training(tiny(tmp_path / "run", log_every=1))
     assert dispatched == [1, 2, 3, 4] and started == [[1, 2, 3, 4]]
     assert summary["cost_split"]["flops"]["learner_flops_per_update"] > 0

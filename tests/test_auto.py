@@ -15,11 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, loop, networks, speed
+from accerl_jax import networks
+from accerl_jax.platform import speed
+from accerl_jax import run_training
+from accerl_jax.run import checkpoint
 from accerl_jax.compressor import make_compressor
 from accerl_jax.compressor.auto import CLIP_MARGIN, auto, candidate_key, parse_candidates
 from accerl_jax.config import Config
-from accerl_jax.plan import choose_loop
+from accerl_jax.run.plan import choose_loop
 from accerl_jax.monitor import policy_divergence
 from accerl_jax.types import Rollout
 
@@ -231,7 +234,7 @@ def test_auto_run_switches_and_logs_every_decision(tmp_path, monkeypatch, capsys
     cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", max_actor_kl=1e9, auto_every=3,
                  total_steps=8 * 8 * 7, num_envs=8, rollout_length=8, log_every=2, logdir=str(tmp_path / "run"),
                  progress=False, loop="sequential")
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["stopped"] is None and summary["updates"] == 7 and summary["loop"] == "sequential"
     lines = _decisions(cfg.logdir)
     assert [d["update"] for d in lines] == [1] and lines[0]["trigger"] == "initial" and lines[0]["reason"]
@@ -272,7 +275,7 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
                  num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0, logdir=str(tmp_path / "run"),
                  progress=False)
     assert choose_loop(cfg) == "anakin"
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["loop"] == "anakin" and summary["stopped"] is None and summary["updates"] == updates
     lines = _decisions(cfg.logdir)
     assert [(d["update"], d["trigger"], d["chosen"], d["switched"]) for d in lines] == [
@@ -307,7 +310,7 @@ def test_auto_with_envpool_in_sebulba_and_anakin(tmp_path, monkeypatch, loop_nam
     cfg = Config(env="envpool:CartPole-v1", loop=loop_name, compressor="auto", auto_candidates="none,distill:tiny",
                  max_actor_kl=1e9, auto_every=2, total_steps=4 * 8 * 8, num_envs=4, rollout_length=8, log_every=2,
                  checkpoint_every=0, progress=False, logdir=str(tmp_path / "run"))
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["loop"] == loop_name and summary["stopped"] is None and summary["updates"] == 8
     lines = _decisions(cfg.logdir)
     assert [(d["trigger"], d["chosen"], d["switched"]) for d in lines] == [("initial", "distill:tiny", True)]

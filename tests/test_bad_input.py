@@ -21,7 +21,9 @@ import sys
 import pytest
 import tyro
 
-from accerl_jax import loop, run_folder, train
+from accerl_jax import train
+from accerl_jax import run_training
+from accerl_jax.run import folder as run_folder
 from accerl_jax.config import Config
 from actor_hooks import interrupt
 
@@ -251,7 +253,7 @@ def base_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         interrupt(mp, at=3)
         cfg = tyro.cli(Config, args=COMMON + ["--logdir", str(logdir), "--checkpoint-every", "1"])
-        summary = loop.train(cfg)
+        summary = run_training(cfg)
     assert summary["stopped"] == "interrupted" and summary["updates"] == 2
     assert sorted(os.listdir(logdir / "checkpoints")) == ["1", "2"]
     return logdir
@@ -319,7 +321,7 @@ def test_orphaned_reads_of_a_damaged_checkpoint_are_not_logged_but_other_asyncio
     records: ones naming a file under the checkpoint folder being read, and no others."""
     import logging
 
-    from accerl_jax import checkpoint
+    from accerl_jax.run import checkpoint
 
     root = str(tmp_path / "run" / "checkpoints")
     checkpoint._ignore_closed_loop_callbacks(root)

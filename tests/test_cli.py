@@ -1,4 +1,4 @@
-"""Smoke tests of the real entry point (``python -m accerl_jax.train``) and of ``loop.train``.
+"""Smoke tests of the real entry point (``python -m accerl_jax.train``) and of ``run_training``.
 
 Tiny budgets; the full default job (solving CartPole) is the ``slow``-marked test at the end.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from accerl_jax import train as train_cli
 from accerl_jax.config import Config
-from accerl_jax.loop import train
+from accerl_jax import run_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_KEYS = {
@@ -97,7 +97,7 @@ def test_cli_envpool_atari_smoke(tmp_path):
 def test_train_compressors_and_no_correction(tmp_path, compressor):
     cfg = Config(total_steps=512, num_envs=8, rollout_length=8, compressor=compressor, corrector="none",
                  logdir=str(tmp_path / "run"), progress=False)
-    summary = train(cfg)
+    summary = run_training(cfg)
     check_outputs(cfg.logdir, 512)
     assert summary["compressor"] == compressor and summary["corrector"] == "none"
     assert np.isfinite(summary["kl_learner_actor"])
@@ -203,12 +203,12 @@ def test_out_of_memory_is_one_line_naming_the_sizes(tmp_path, capsys, monkeypatc
     line with exit 2 instead of a traceback; any other runtime error still raises."""
     import jax
 
-    from accerl_jax import loop
+    from accerl_jax.run import training
 
     def fail(cfg):
         raise jax.errors.JaxRuntimeError(message)
 
-    monkeypatch.setattr(loop, "train", fail)
+    monkeypatch.setattr(training, "run_training", fail)
     capsys.readouterr()
     assert train_cli.main(["--logdir", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err

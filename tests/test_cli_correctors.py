@@ -14,7 +14,7 @@ import pytest
 from accerl_jax import train as train_cli
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
-from accerl_jax.loop import train
+from accerl_jax import run_training
 from test_cli import check_outputs, run_cli
 
 
@@ -94,17 +94,17 @@ def test_continuous_env_adapters_expose_bounds_and_clip():
 def test_policy_lag_makes_the_actor_stale(tmp_path):
     """With no compressor the actor's policy equals the learner's (KL 0) unless it lags an update."""
     base = dict(total_steps=2048, num_envs=8, rollout_length=16, compressor="none", log_every=16, progress=False)
-    fresh = train(Config(**base, logdir=str(tmp_path / "lag0")))
-    stale = train(Config(**base, policy_lag=1, logdir=str(tmp_path / "lag1")))
+    fresh = run_training(Config(**base, logdir=str(tmp_path / "lag0")))
+    stale = run_training(Config(**base, policy_lag=1, logdir=str(tmp_path / "lag1")))
     assert fresh["kl_learner_actor"] == 0.0 and fresh["action_agreement"] == 1.0
     assert stale["kl_learner_actor"] > 0.0 and stale["policy_lag"] == 1
 
 
 def test_gaussian_policy_distils_into_a_student(tmp_path):
     """distill:small on a continuous env: the student tracks the Gaussian teacher."""
-    summary = train(Config(env="gymnax:Pendulum-v1", compressor="distill:small", total_steps=4096, num_envs=16,
-                           rollout_length=16, distill_steps=8, log_every=4, progress=False,
-                           logdir=str(tmp_path / "run")))
+    summary = run_training(Config(env="gymnax:Pendulum-v1", compressor="distill:small", total_steps=4096, num_envs=16,
+                                  rollout_length=16, distill_steps=8, log_every=4, progress=False,
+                                  logdir=str(tmp_path / "run")))
     assert summary["compressor"] == "distill:small" and summary["updates"] == 16
     assert summary["actor_params"] < summary["learner_params"] / 4
     assert 0.0 <= summary["kl_learner_actor"] < 0.05  # the student starts at a different mean; it is pulled in
@@ -129,7 +129,7 @@ def test_gaussian_policy_distils_into_a_student(tmp_path):
 def test_bad_combinations_raise_config_error_and_write_nothing(tmp_path, kwargs, message):
     logdir = tmp_path / "run"
     with pytest.raises(ConfigError, match=re.escape(message)):
-        train(Config(total_steps=256, num_envs=16, progress=False, logdir=str(logdir), **kwargs))
+        run_training(Config(total_steps=256, num_envs=16, progress=False, logdir=str(logdir), **kwargs))
     assert not logdir.exists()
 
 

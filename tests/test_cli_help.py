@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from accerl_jax import cli, train
+from accerl_jax import train
+from accerl_jax.tools import cli
 from accerl_jax.config import COMMON_NAMES, Config, flag
 from test_cli import run_cli
 

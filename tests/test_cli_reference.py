@@ -1,4 +1,4 @@
-"""docs/CLI.md is what ``python -m accerl_jax.cli_reference`` writes from the commands' real ``--help``: a
+"""docs/CLI.md is what ``python -m accerl_jax.tools.cli_reference`` writes from the commands' real ``--help``: a
 flag added, renamed or re-documented without regenerating the reference fails here."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from accerl_jax import cli_reference
+from accerl_jax.tools import cli_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from accerl_jax import compile_cache
+from accerl_jax.platform import compile_cache
 
 
 def test_auto_follows_jax_variable_then_xdg_then_home(monkeypatch, tmp_path):

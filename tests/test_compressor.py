@@ -289,7 +289,7 @@ def _check_grid_output(apply, actor_params, obs, spec):
 @pytest.mark.parametrize("family", list(GRID_FAMILIES))
 @pytest.mark.parametrize("spec", GRID_SPECS)
 def test_conformance_grid(spec, family):
-    from accerl_jax import plan
+    from accerl_jax.run import plan
 
     net_spec, params, apply = _grid_net(family)
     obs = jax.random.normal(jax.random.PRNGKey(4), (5,) + net_spec.obs_shape)
@@ -338,7 +338,7 @@ def test_prune_of_one_unit_layers_keeps_one_unit(family, fraction=0.75):
 def test_compressor_that_assumes_one_family_is_refused_before_anything_is_written(tmp_path):
     """A stage written for CNNs only (it reads ``conv_0``) is refused by the plan's dry run on an MLP: a
     ConfigError naming the stage and the family, raised before the run folder is created."""
-    from accerl_jax import plan, run
+    from accerl_jax.run import plan, build as run
     from accerl_jax.compressor import Compressor, register_compressor, unregister_compressor
     from accerl_jax.config import Config, ConfigError
 

@@ -1,8 +1,8 @@
-"""accerl_jax.cost: the per-update cost split and its Amdahl ceiling, by hand."""
+"""accerl_jax.platform.cost: the per-update cost split and its Amdahl ceiling, by hand."""
 import jax.numpy as jnp
 import pytest
 
-from accerl_jax import cost
+from accerl_jax.platform import cost
 
 
 def test_amdahl_by_hand():

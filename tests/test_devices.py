@@ -4,11 +4,11 @@
   N devices equals the single-device update on the same batch (V-trace, Retrace, APPO with several
   epochs, and with several minibatches of the global batch, continuous actions; the single-device references are computed once, in this process).
 * Two processes on 127.0.0.1 (JAX's multi-controller runtime, gloo collectives), one CPU device each,
-  each feeding its half of a batch to :func:`accerl_jax.shards.make_global_update`: both end with
+  each feeding its half of a batch to :func:`accerl_jax.run.shards.make_global_update`: both end with
   bitwise-equal parameters, equal to the single-device updates on the whole batch.
-* The main job (``train()`` with the default compressor and loop, a tiny budget) on 2 and 4 devices
+* The main job (``run_training()`` with the default compressor and loop, a tiny budget) on 2 and 4 devices
   equals the one-device run with the same global batch (every env keyed by its global index,
-  :mod:`accerl_jax.shards`), with the envs sharded along the batch axis and one compiled chunk; and the
+  :mod:`accerl_jax.run.shards`), with the envs sharded along the batch axis and one compiled chunk; and the
   real CLI on two processes with 2 devices and ``--num-envs 4`` each (the Anakin loop on global arrays)
   trains it to the end with bitwise-equal learners, only process 0 writing files, equal to one process
   with the same global batch; interrupted by SIGINT and resumed, it ends with the same learner bit for bit.
@@ -127,14 +127,15 @@ def _multihost_main(pid: int, port: int) -> None:
     """One of two processes (one CPU device each): two global updates, each process feeding its half of B."""
     import jax
 
-    from accerl_jax import distributed
+    from accerl_jax.run import distributed
     from accerl_jax.config import Config
 
     distributed.join(Config(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid))
     import optax
 
     import test_learner as tl
-    from accerl_jax import learner, shards
+    from accerl_jax import learner
+    from accerl_jax.run import shards
 
     apply, params, cfg, batch = _cases(("vtrace",))["vtrace"]
     mesh, opt = learner.make_mesh(jax.devices()), optax.sgd(0.1)
@@ -238,7 +239,8 @@ def test_env_group_rollouts_depend_only_on_their_mesh_position():
     process) stepping those groups. Two rollouts: the carry is threaded right."""
     import jax
 
-    from accerl_jax import networks, shards
+    from accerl_jax import networks
+    from accerl_jax.run import shards
     from accerl_jax.actor import AnakinActor
     from accerl_jax.envs import make_env
 
@@ -266,7 +268,7 @@ def test_env_group_rollouts_depend_only_on_their_mesh_position():
 
 
 def test_settings_from_environment_variables():
-    from accerl_jax import distributed
+    from accerl_jax.run import distributed
     from accerl_jax.config import Config, ConfigError
 
     env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
@@ -280,16 +282,16 @@ def test_settings_from_environment_variables():
 
 
 # --------------------------------------------------------------------------------------------------
-# End to end: the main job (default compressor and loop) through train() and the CLI.
+# End to end: the main job (default compressor and loop) through run_training() and the CLI.
 
 
 def _main_job(logdir: str, **overrides) -> tuple[dict, dict]:
     """The main job with the tiny :data:`MAIN` budget: its summary and ``trained`` (the final parameters)."""
     from accerl_jax.config import Config
-    from accerl_jax.loop import train
+    from accerl_jax import run_training
 
     trained: dict = {}
-    return train(Config(logdir=logdir, **dict(MAIN, **overrides)), trained=trained), trained
+    return run_training(Config(logdir=logdir, **dict(MAIN, **overrides)), trained=trained), trained
 
 
 def _leaves(tree) -> list:
@@ -306,7 +308,7 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
 
     from accerl_jax.config import Config
     from accerl_jax.loops import anakin_program, anakin_state
-    from accerl_jax.run import setup
+    from accerl_jax.run.build import setup
 
     run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN), [])
     try:
@@ -348,7 +350,7 @@ def main_job_one_device(tmp_path_factory):
 @pytest.mark.parametrize("n, num_seeds", [(2, 2), (4, 1)])
 def test_main_job_on_n_devices_equals_one_device(tmp_path, main_job_one_device, n, num_seeds):
     """The main job (:data:`MAIN`: APPO, a distill:small student acting, the Anakin loop) on 2 and 4
-    devices: the same rollouts (every env its own key, :mod:`accerl_jax.shards`) and, to float tolerance, the same learner as on one device; the
+    devices: the same rollouts (every env its own key, :mod:`accerl_jax.run.shards`) and, to float tolerance, the same learner as on one device; the
     carry is sharded along the batch axis, the learner replicated, and the chunk compiles once (with
     ``--num-seeds`` too)."""
     _, one, want = main_job_one_device
@@ -394,7 +396,7 @@ def _digests(outs: list[str]) -> list[str]:
 
 def _checkpoint_params(logdir, step: int) -> list:
     """The learner parameters saved in checkpoint ``step`` of the run in ``logdir``, in leaf order."""
-    from accerl_jax import checkpoint
+    from accerl_jax.run import checkpoint
 
     leaves = checkpoint.read_leaves(str(logdir), step)
     return [v.tolist() for path, v in leaves.items() if path.startswith(".learner.params")]
@@ -441,7 +443,8 @@ def _interrupted_cli(pid: int, port: int, logdir: str) -> None:
     run with ``--resume``. Prints the two exit codes."""
     import signal
 
-    from accerl_jax import distributed, train
+    from accerl_jax import train
+    from accerl_jax.run import distributed
     from accerl_jax.config import Config
 
     distributed.join(Config(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid))
@@ -532,7 +535,7 @@ def test_two_processes_sequential_loop_equals_one_process(tmp_path):
     ``--num-envs 8``: the same rollouts (every env keyed by its global index), the same learner, and the
     same distilled student, because every process distils on the observations of the whole global batch,
     with the learner's own outputs at them as the teacher's (gathered from the global update)."""
-    from accerl_jax import checkpoint
+    from accerl_jax.run import checkpoint
 
     one_dir = tmp_path / "one"
     _main_job(str(one_dir), loop="sequential")
@@ -592,8 +595,8 @@ def test_processes_given_different_flags_stop_before_anything_is_written(tmp_pat
 def test_the_plan_starts_no_jax_backend():
     """A multi-host process checks its flags (the plan) before it joins the run, and joining must come before
     anything starts JAX's backend: importing the CLI, the plan and the multi-host module must not."""
-    code = ("import accerl_jax.train, accerl_jax.plan, accerl_jax.distributed, accerl_jax.presets, accerl_jax.cli\n"
-            "from accerl_jax.plan import check_config\nfrom accerl_jax.config import Config\n"
+    code = ("import accerl_jax.train, accerl_jax.run.plan, accerl_jax.run.distributed, accerl_jax.tools.presets, accerl_jax.tools.cli\n"
+            "from accerl_jax.run.plan import check_config\nfrom accerl_jax.config import Config\n"
             "check_config(Config(env='envpool:CartPole-v1', coordinator_address='127.0.0.1:1', num_processes=2,"
             " process_id=0), 2)\n"
             "from jax._src import xla_bridge\nassert not xla_bridge._backends, 'a JAX backend was started'\n")

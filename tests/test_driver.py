@@ -1,5 +1,5 @@
-"""The :class:`~accerl_jax.driver.Driver` alone, driving a fake stepper (no training: a small class that
-yields :class:`~accerl_jax.driver.Step` records) through Monitor rows and events, checkpoints, signal
+"""The :class:`~accerl_jax.run.driver.Driver` alone, driving a fake stepper (no training: a small class that
+yields :class:`~accerl_jax.run.driver.Step` records) through Monitor rows and events, checkpoints, signal
 deferral, the divergence stop, a failure save, resume and several seeds; and the one-way stepper contract:
 no module under ``accerl_jax/loops/`` writes the Monitor, a checkpoint or the summary."""
 from __future__ import annotations
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import accerl_jax
-from accerl_jax import checkpoint
+from accerl_jax.run import checkpoint
 from accerl_jax.config import Config
-from accerl_jax.driver import Bad, Driver, Episodes, Events, Final, Refresh, Step
+from accerl_jax.run.driver import Bad, Driver, Episodes, Events, Final, Refresh, Step
 from accerl_jax.monitor import Monitor
-from accerl_jax.run import setup
-from accerl_jax.signals import Interrupted, StopSignals
+from accerl_jax.run.build import setup
+from accerl_jax.run.signals import Interrupted, StopSignals
 
 T, B = 8, 4  # rollout length, envs: one update is 32 env steps
 

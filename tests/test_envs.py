@@ -237,7 +237,7 @@ def test_envpool_seeds_of_distinct_run_seeds_are_disjoint():
 
 
 def test_envpool_seed_out_of_range_is_refused_by_the_plan():
-    from accerl_jax import plan
+    from accerl_jax.run import plan
     from accerl_jax.config import Config, ConfigError
 
     with pytest.raises(ConfigError, match=r"bad --seed 1000000000 with 16 envpool environments"):

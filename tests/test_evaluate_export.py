@@ -3,7 +3,7 @@
 One real run is trained (CartPole, ``distill:small+int8``, two updates) and evaluated, filmed and exported;
 the other policies (MLP ``none`` and ``distill:small``; a CNN on Breakout-MinAtar with ``distill:small``
 and with ``distill:small+int8``, whose learner policy stands for the CNN's ``none``) are checkpoints written the way training writes them
-(:class:`accerl_jax.checkpoint.Checkpointer`, the run's configuration, a learner and the compressor's
+(:class:`accerl_jax.run.checkpoint.Checkpointer`, the run's configuration, a learner and the compressor's
 ``init`` output) without training, which the export does not need. Every exported program is loaded
 by the README's plain-JAX loader and must give the framework's actions for the same observations and key.
 """
@@ -24,13 +24,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, evaluate, export, networks, trained
-from accerl_jax import plan as plan_lib
+from accerl_jax import evaluate, export, networks
+from accerl_jax.run import checkpoint
+from accerl_jax.tools import trained
+from accerl_jax.run import plan as plan_lib
 from accerl_jax.config import Config
 from accerl_jax.envs import make_env
 from accerl_jax.learner import LearnerState, learner_key
-from accerl_jax.loop import train
-from accerl_jax.run import make_run_compressor
+from accerl_jax import run_training
+from accerl_jax.run.build import make_run_compressor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,7 +58,7 @@ def real_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("real") / "run"
     cfg = Config(compressor="distill:small+int8", total_steps=16, num_envs=2, rollout_length=4, distill_steps=1,
                  hidden_sizes=MLP_WIDTHS, logdir=str(logdir), progress=False)
-    summary = train(cfg)
+    summary = run_training(cfg)
     assert summary["updates"] == 2
     return logdir
 
@@ -256,7 +258,7 @@ def test_video_renders_faster_than_the_episode_plays_with_progress(tmp_path, cap
 
     from PIL import Image
 
-    from accerl_jax import video
+    from accerl_jax.tools import video
 
     info = types.SimpleNamespace(name="gymnax:CartPole-v1", channels_first=False)
     frames = np.random.default_rng(0).normal(0, 0.3, (501, 4)).astype(np.float32)
@@ -273,7 +275,7 @@ def test_mp4_frames_are_piped_to_ffmpeg(tmp_path, monkeypatch):
     """MP4: raw RGB frames of even size piped to ffmpeg (a stand-in that records its arguments and input)."""
     import types
 
-    from accerl_jax import video
+    from accerl_jax.tools import video
 
     fake = tmp_path / "bin" / "ffmpeg"
     fake.parent.mkdir()
@@ -393,7 +395,7 @@ class _Recorder:
 
 
 def _training_keys(seeds, groups: int) -> set:
-    """Training's PRNG keys of run seeds ``seeds`` (accerl_jax.run, loops/anakin_state, learner, actor):
+    """Training's PRNG keys of run seeds ``seeds`` (accerl_jax.run.build, loops/anakin_state, learner, actor):
     the root key, its split into network/compressor/actor keys, the learner's stream, and each env group's
     key ``fold_in(actor_key, g)`` with its env/action split."""
     from accerl_jax.learner import learner_key
@@ -414,7 +416,8 @@ def test_evaluation_seeds_and_keys_are_disjoint_from_trainings(real_run, monkeyp
     """evaluate (its --video is one of its episodes) and export's held observations use evaluation's own env seeds (envpool: below
     zero, where no training run's env is) and keys (gymnax: fold_in(PRNGKey(seed), EVAL_STREAM)), none of
     a training run's of any seed 0..N: an evaluation with --seed 1 replays no training episode's start."""
-    from accerl_jax import envs, seeds
+    from accerl_jax import envs
+    from accerl_jax.envs import seeds
 
     seen = {"seeds": [], "keys": []}
     real = envs.make_env
@@ -459,7 +462,7 @@ def test_evaluate_and_export_default_to_the_same_policy(capsys):
 def test_a_runs_checkpoints_folder_is_read_as_the_run(real_run, capsys):
     """``--resume RUN/checkpoints`` and ``evaluate RUN/checkpoints`` mean the run RUN (not "no checkpoints/
     folder there"); a folder merely named checkpoints that holds its own checkpoints/ is left as given."""
-    from accerl_jax import cli
+    from accerl_jax.tools import cli
     from accerl_jax import train as train_cli
 
     given = os.path.join(str(real_run), "checkpoints")

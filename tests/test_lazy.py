@@ -1,4 +1,4 @@
-"""accerl_jax.lazy: modules imported at first use (start-up), and what a run leaves unimported."""
+"""accerl_jax.platform.lazy: modules imported at first use (start-up), and what a run leaves unimported."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from accerl_jax import lazy
+from accerl_jax.platform import lazy
 
 
 @pytest.fixture
@@ -57,8 +57,8 @@ def test_a_module_that_is_not_installed_is_none():
 def test_a_training_process_leaves_gymnax_plotting_libraries_qwix_and_the_monitor_sinks_unimported():
     code = textwrap.dedent("""
         import json, sys
-        from accerl_jax import loop
-        from accerl_jax.lazy import DeferredModule
+        import accerl_jax.run.training
+        from accerl_jax.platform.lazy import DeferredModule
         from gymnax.environments.misc import pong
         names = ("seaborn", "matplotlib.pyplot", "qwix")
         # The Monitor's sinks import their libraries when a run first writes to them.

@@ -740,7 +740,7 @@ def test_appo_gradient_steps_are_unrolled_for_conv_nets_on_cpu_and_give_the_same
     """XLA:CPU runs conv-net gradient steps much slower inside a loop: with ``family="cnn"`` APPO's
     ``epochs x minibatches`` steps are one unrolled scan on CPU (``xla.gradient_loop_unroll``), a plain
     scan otherwise; the update is the same either way."""
-    from accerl_jax import xla
+    from accerl_jax.platform import xla
 
     assert xla.gradient_loop_unroll("cnn", 6, "cpu") == 6
     assert xla.gradient_loop_unroll("mlp", 6, "cpu") == xla.gradient_loop_unroll("cnn", 6, "gpu") == 1

@@ -7,8 +7,11 @@ import math
 import jax.numpy as jnp
 import pytest
 
-from accerl_jax import learner, loop, run_folder, speed
-from accerl_jax import run as run_lib
+from accerl_jax import learner
+from accerl_jax.platform import speed
+from accerl_jax import run_training
+from accerl_jax.run import folder as run_folder
+from accerl_jax.run import build as run_lib
 from accerl_jax.config import Config, ConfigError
 from actor_hooks import interrupt
 from tiny_config import tiny_config
@@ -46,7 +49,7 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
 
     monkeypatch.setattr(learner, "make_update", poisoned)
     cfg = tiny(tmp_path, loop=which)
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["stopped"] == "diverged"
     assert summary["updates"] == 1  # stopped at the first non-finite loss, logged at once
     with open(f"{cfg.logdir}/metrics.csv") as f:
@@ -62,7 +65,7 @@ def test_interrupt_stops_run_and_writes_summary(tmp_path, monkeypatch, which, do
     """Ctrl-C during rollout 4 abandons it (Anakin: its whole chunk, updates 3-4) and keeps what finished."""
     interrupt(monkeypatch, at=4)
     cfg = tiny(tmp_path, loop=which)
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["stopped"] == "interrupted"
     assert summary["updates"] == done and summary["total_env_steps"] == done * 64
     assert summary["kl_learner_actor"] is not None
@@ -79,7 +82,7 @@ def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monke
 
     monkeypatch.setattr(speed, "policy_speedup", interrupted)
     cfg = tiny(tmp_path)
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert summary["stopped"] == "interrupted" and summary["actor_policy_speedup"] is None
     assert summary["updates"] == 6
     with open(f"{cfg.logdir}/summary.json") as f:
@@ -90,7 +93,7 @@ def test_interrupt_before_first_update_frees_the_folder(tmp_path, monkeypatch):
     interrupt(monkeypatch, at=1)
     cfg = tiny(tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        loop.train(cfg)
+        run_training(cfg)
     assert not (tmp_path / "run").exists()
 
 
@@ -104,10 +107,10 @@ def test_interrupt_during_setup_frees_the_claimed_folder(tmp_path, monkeypatch, 
     target = run_lib if where == "make_actor" else run_lib.networks
     monkeypatch.setattr(target, where, interrupting)
     with pytest.raises(KeyboardInterrupt):
-        loop.train(tiny(tmp_path))
+        run_training(tiny(tmp_path))
     assert not (tmp_path / "run").exists()
     monkeypatch.undo()
-    assert loop.train(tiny(tmp_path))["updates"] > 0  # the folder can be used again
+    assert run_training(tiny(tmp_path))["updates"] > 0  # the folder can be used again
 
 
 @pytest.mark.parametrize(
@@ -125,7 +128,7 @@ def test_out_of_range_settings_are_config_errors(tmp_path, field, value, message
     cfg = tiny(tmp_path)
     setattr(cfg, field, value)
     with pytest.raises(ConfigError, match=message):
-        loop.train(cfg)
+        run_training(cfg)
     assert not (tmp_path / "run").exists()
 
 
@@ -141,7 +144,7 @@ def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, m
 
     monkeypatch.setattr(run_lib.Monitor, "log_refresh", spy)
     final: dict = {}
-    summary = loop.train(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
+    summary = run_training(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
     assert summary["stopped"] is None
     # The policy is refreshed at every update; every --log-every-th refresh (here 2) is logged.
     assert [u for u, _, _ in refreshes] == list(range(2, summary["updates"] + 1, 2))

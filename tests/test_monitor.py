@@ -17,7 +17,9 @@ import types
 import numpy as np
 import pytest
 
-from accerl_jax import loop, plot, run_folder, train
+from accerl_jax import plot, train
+from accerl_jax import run_training
+from accerl_jax.run import folder as run_folder
 from accerl_jax.config import ConfigError
 from accerl_jax.monitor import Monitor, print_summary, require_wandb, tensorboard_tag
 from accerl_jax.monitor.summary import FIDELITY_LEGEND, STEPS_LEGEND
@@ -81,13 +83,13 @@ def runs(tmp_path_factory):
     saved = sys.modules.get("wandb")
     sys.modules["wandb"] = fake.module()
     try:
-        first = loop.train(tiny(root / "s0", policy_lag=1, wandb_project="p6"))
+        first = run_training(tiny(root / "s0", policy_lag=1, wandb_project="p6"))
     finally:
         if saved is None:
             sys.modules.pop("wandb")
         else:
             sys.modules["wandb"] = saved
-    second = loop.train(tiny(root / "s1", policy_lag=1, seed=1))
+    second = run_training(tiny(root / "s1", policy_lag=1, seed=1))
     return root, (first, second), fake
 
 

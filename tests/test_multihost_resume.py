@@ -79,7 +79,7 @@ def test_two_processes_resume_in_fresh_processes_and_elastically(tmp_path):
 def _fake_run(run) -> None:
     """A run folder whose latest checkpoint (update 3) records the default configuration (only the JSON
     record: enough for reading ``--resume``'s settings)."""
-    from accerl_jax.checkpoint import FORMAT
+    from accerl_jax.run.checkpoint import FORMAT
     from accerl_jax.config import Config
 
     meta = run / "checkpoints" / "3" / "meta"
@@ -93,7 +93,8 @@ def _fake_run(run) -> None:
 # whether a JAX backend had been started by then (and the run's settings) instead of contacting anything.
 UNTIL_JOIN = """
 import json, sys
-from accerl_jax import distributed, train
+from accerl_jax import train
+from accerl_jax.run import distributed
 
 def initialize(cluster):
     from jax._src import xla_bridge

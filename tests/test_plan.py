@@ -1,8 +1,8 @@
-"""The plan (:func:`accerl_jax.plan.make_plan`) as a pure function of the configuration and small typed
+"""The plan (:func:`accerl_jax.run.plan.make_plan`) as a pure function of the configuration and small typed
 facts: every refusal of a training configuration in one table, and the decisions it takes once (loop,
 device layout, compressor capabilities). Nothing is built: the environments, the machine and the run
-folder are fake facts (:class:`~accerl_jax.envs.EnvInfo`, :class:`~accerl_jax.plan.Machine`,
-:class:`~accerl_jax.plan.Folder`), the compressor is only run abstractly. The CLI's guarantees around a
+folder are fake facts (:class:`~accerl_jax.envs.EnvInfo`, :class:`~accerl_jax.run.plan.Machine`,
+:class:`~accerl_jax.run.plan.Folder`), the compressor is only run abstractly. The CLI's guarantees around a
 refusal (exit status 2, one line, nothing written) are tests/test_bad_input.py's.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ import importlib.util
 
 import pytest
 
-from accerl_jax import plan as plan_lib
-from accerl_jax.checkpoint import ResumePoint
+from accerl_jax.run import plan as plan_lib
+from accerl_jax.run.checkpoint import ResumePoint
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import EnvInfo
-from accerl_jax.plan import Folder, Machine, make_plan
+from accerl_jax.run.plan import Folder, Machine, make_plan
 
 # Facts of the environments the table plans for, as their adapters report them (EnvInfo).
 ENVS = {
@@ -213,7 +213,7 @@ def _refuse(request, case, flags, machine, folder) -> ConfigError:
 
 
 def test_every_refusal_site_has_a_row(request):
-    """Every ``raise ConfigError`` of the plan (accerl_jax/plan.py, and the numeric checks of
+    """Every ``raise ConfigError`` of the plan (accerl_jax/run/plan.py, and the numeric checks of
     :func:`accerl_jax.config.validate` that it calls) runs for some row of :data:`REFUSALS`: a new refusal
     needs a row. Lines are recorded with a tracer on those two files' frames only."""
     import ast

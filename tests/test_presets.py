@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accerl_jax import loop, train
+from accerl_jax import train
+from accerl_jax import run_training
 from accerl_jax.config import Config, ConfigError, validate
-from accerl_jax.presets import PRESETS
+from accerl_jax.tools.presets import PRESETS
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -75,7 +76,7 @@ def test_preset_with_hidden_sizes_and_constant_learning_rate_trains(tmp_path):
                               "--total-steps", str(4 * 8 * 4), "--num-envs", "4", "--rollout-length", "8",
                               "--compressor", "distill:tiny", "--log-every", "2", "--checkpoint-every", "0",
                               "--logdir", str(tmp_path / "run"), "--no-progress"])
-    summary = loop.train(cfg)
+    summary = run_training(cfg)
     assert list(summary["learner_network"]["widths"]) == [32, 32, 32] and summary["updates"] == 4
     assert summary["learning_rate"] == pytest.approx(1e-3)  # not annealed: the last update's rate is the first's
     assert np.isfinite(summary["final_return_mean"] or 0.0)
@@ -84,7 +85,7 @@ def test_preset_with_hidden_sizes_and_constant_learning_rate_trains(tmp_path):
 def test_help_groups_every_flag_once_with_the_common_ones_first(capsys):
     import dataclasses
 
-    from accerl_jax import cli
+    from accerl_jax.tools import cli
 
     grouped = [f for _, _, fields in cli.GROUPS for f in fields]
     assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(Config)), "a Config field is in no group or two"

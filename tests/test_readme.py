@@ -305,7 +305,8 @@ def guide_commands() -> list[tuple[int, str]]:
 def test_guide_training_commands_parse(at, cmd):
     """docs/GUIDE.md's training commands use flags that exist, with values that parse and pass the checks
     made before anything is built (not run: the README's commands run)."""
-    from accerl_jax import plan, train
+    from accerl_jax import train
+    from accerl_jax.run import plan
 
     argv = shlex.split(cmd)
     argv = argv[argv.index("accerl_jax.train") + 1:] if "accerl_jax.train" in argv else argv[1:]

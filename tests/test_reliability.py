@@ -22,10 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import checkpoint, guard, loop
+from accerl_jax import run_training
+from accerl_jax.run import checkpoint, guard
 from accerl_jax import learner as learner_lib
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.signals import Interrupted, StopSignals
+from accerl_jax.run.signals import Interrupted, StopSignals
 from actor_hooks import hook_actor
 from tiny_config import tiny_config
 
@@ -56,7 +57,7 @@ def assert_same_leaves(a: dict, b: dict) -> None:
 def poison_updates(monkeypatch, at: set[int], what: str) -> None:
     """Make learner updates number ``at`` (1-based) produce a NaN in ``what`` ('params' or 'grad_norm').
 
-    The poison is traced into the guarded update (a wrapper of :func:`accerl_jax.guard.guard_update`): it
+    The poison is traced into the guarded update (a wrapper of :func:`accerl_jax.run.guard.guard_update`): it
     compares the traced update number, so it works inside one jitted program (the Anakin scan) as in the
     sequential loop.
     """
@@ -90,13 +91,13 @@ def reference(request, tmp_path_factory):
     The sequential loop's variants are slow-marked (the default suite's budget); its resume with
     --policy-lag/--compress-every and its NaN guard stay in the default suite below."""
     logdir = tmp_path_factory.mktemp("ref") / "run"
-    summary = loop.train(tiny(logdir, loop=request.param))
+    summary = run_training(tiny(logdir, loop=request.param))
     return summary, checkpoint.read_leaves(str(logdir), UPDATES), str(logdir)
 
 
 def test_same_seed_and_flags_give_the_same_run(reference, tmp_path):
     ref_summary, ref_leaves, ref_dir = reference
-    summary = loop.train(tiny(tmp_path / "again", loop=ref_summary["loop"]))
+    summary = run_training(tiny(tmp_path / "again", loop=ref_summary["loop"]))
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref_summary[key], key
     assert ref_summary["episodes"] > 0 and ref_summary["final_return_mean"] > 0
@@ -118,11 +119,11 @@ def test_stop_and_resume_equals_uninterrupted_run(reference, tmp_path, monkeypat
     # is saved, and the run stops.
     stop_at = 3 if which == "sequential" else 4
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, checkpoint_every=0, loop=which))
+    first = run_training(tiny(logdir, checkpoint_every=0, loop=which))
     assert first["stopped"] == "interrupted" and first["exit_signal"] == "SIGINT"
     assert first["updates"] == stop_at and steps(logdir) == [stop_at]
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), checkpoint_every=0, loop=which))
+    summary = run_training(tiny(None, resume=str(logdir), checkpoint_every=0, loop=which))
     assert summary["stopped"] is None and summary["resumed_from_update"] == stop_at
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref_summary[key], key
@@ -148,8 +149,8 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     shutil.copytree(ref_dir, logdir)
     shutil.rmtree(logdir / checkpoint.CHECKPOINT_DIR / str(UPDATES))
     with pytest.raises(ConfigError, match="a budget of 3 updates, fewer than the 4 its checkpoint has done"):
-        loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 3, loop=which))
-    summary = loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
+        run_training(tiny(None, resume=str(logdir), total_steps=8 * 8 * 3, loop=which))
+    summary = run_training(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
     assert summary["stopped"] is None and summary["resumed_from_update"] == 4 and summary["updates"] == 10
     assert summary["total_env_steps"] == 8 * 8 * 10 and steps(logdir) == [4, 8, 10]
     rows = metric_rows(logdir)
@@ -163,7 +164,7 @@ def test_resume_extends_the_budget_and_replaces_the_tensorboard_steps_after_its_
     assert [s for s, _ in shown["losses/loss"]] == [128, 256, 384, 512, 640]
     np.testing.assert_allclose([v for _, v in shown["losses/loss"]], [float(r["loss"]) for r in rows], rtol=1e-6)
     with pytest.raises(ConfigError, match="already finished all 10 updates"):
-        loop.train(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
+        run_training(tiny(None, resume=str(logdir), total_steps=8 * 8 * 10, loop=which))
 
 
 @pytest.mark.parametrize("which", LOOPS)
@@ -172,14 +173,14 @@ def test_resume_with_policy_lag_keeps_the_stale_actor_params(tmp_path, monkeypat
     Re-compressing every 3 updates, the resumed run must also continue the refresh schedule."""
     flags = dict(policy_lag=1, checkpoint_every=0, compress_every=3, loop=which)
     straight = tmp_path / "straight"
-    ref = loop.train(tiny(straight, **flags))
+    ref = run_training(tiny(straight, **flags))
     logdir = tmp_path / "run"
     stop_at = 3 if which == "sequential" else 4
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, **flags))
+    first = run_training(tiny(logdir, **flags))
     assert first["updates"] == stop_at and steps(logdir) == [stop_at]
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), **flags))
+    summary = run_training(tiny(None, resume=str(logdir), **flags))
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref[key], key
     # The acting policy's lag behind the learner, in versions (refresh after updates 3 and 6, one set stale).
@@ -190,7 +191,7 @@ def test_resume_with_policy_lag_keeps_the_stale_actor_params(tmp_path, monkeypat
 
 
 def test_keep_last_k_checkpoints(tmp_path):
-    loop.train(tiny(tmp_path / "run", checkpoint_every=1, keep_checkpoints=2))
+    run_training(tiny(tmp_path / "run", checkpoint_every=1, keep_checkpoints=2))
     assert steps(tmp_path / "run") == [7, 8]
 
 
@@ -198,7 +199,7 @@ def test_keep_last_k_checkpoints(tmp_path):
 def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch, which):
     poison_updates(monkeypatch, {3}, "params")
     logdir = tmp_path / "run"
-    summary = loop.train(tiny(logdir, checkpoint_every=2, loop=which))
+    summary = run_training(tiny(logdir, checkpoint_every=2, loop=which))
     assert summary["stopped"] == "diverged"
     assert summary["stop_reason"].startswith("non-finite parameters at update 3")
     assert steps(logdir) == [2] and summary["last_checkpoint"].endswith(os.path.join("checkpoints", "2"))
@@ -210,7 +211,7 @@ def test_nan_parameters_stop_and_keep_last_good_checkpoint(tmp_path, monkeypatch
 def test_nan_gradients_skipped_and_counted(tmp_path, monkeypatch, which):
     poison_updates(monkeypatch, {3, 5}, "grad_norm")
     logdir = tmp_path / "run"
-    summary = loop.train(tiny(logdir, on_nan="skip", loop=which))
+    summary = run_training(tiny(logdir, on_nan="skip", loop=which))
     assert summary["stopped"] is None and summary["updates"] == UPDATES
     assert summary["skipped_updates"] == 2
     assert float(metric_rows(logdir)[-1]["skipped_updates"]) == 2
@@ -290,11 +291,11 @@ def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch, which):
                compressor="mask:0.5", loop=which)
     logdir = tmp_path / "run"
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, **cfg))
+    first = run_training(tiny(logdir, **cfg))
     stop_at = 3 if which == "sequential" else 4  # Anakin: the chunk of updates 3-4 finishes
     assert first["stopped"] == "interrupted" and first["updates"] == stop_at
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), **cfg))
+    summary = run_training(tiny(None, resume=str(logdir), **cfg))
     assert summary["stopped"] is None and summary["updates"] == 6 and summary["total_env_steps"] == 4 * 16 * 6
     assert summary["resumed_from_update"] == stop_at and summary["loop"] == which
     assert summary["episodes"] > first["episodes"] and np.isfinite(summary["final_return_mean"])
@@ -304,7 +305,7 @@ def test_envpool_run_resumes_with_restarted_envs(tmp_path, monkeypatch, which):
 def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
     """A checkpoint written before a flag existed resumes if the flag is at its default; --loop then must
     be the sequential loop those runs ran."""
-    from accerl_jax.plan import config_differences
+    from accerl_jax.run.plan import config_differences
 
     current = dataclasses.asdict(Config(loop="sequential"))
     old = {k: v for k, v in current.items() if k not in ("loop", "num_seeds", "queue_size")}
@@ -314,7 +315,7 @@ def test_config_of_an_older_checkpoint_counts_missing_fields_as_defaults():
 
 
 def test_resume_may_change_the_budget_and_the_split_of_the_global_batch_over_processes():
-    from accerl_jax.plan import config_differences
+    from accerl_jax.run.plan import config_differences
 
     saved = dataclasses.asdict(Config(num_envs=8))
     assert config_differences(saved, dict(saved, total_steps=10**9, return_window=5, log_every=1)) == []
@@ -327,7 +328,7 @@ def test_resume_may_change_the_budget_and_the_split_of_the_global_batch_over_pro
 
 
 def test_stop_reason_names_the_quantity_update_seed_loss_and_gradient_norm():
-    from accerl_jax.guard import stop_reason
+    from accerl_jax.run.guard import stop_reason
 
     m = {"loss": float("nan"), "grad_norm": 2.5}
     assert stop_reason("loss", 7, m) == "non-finite loss at update 7 (loss nan, grad_norm 2.5)"
@@ -339,7 +340,7 @@ def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
     """A student whose distillation diverges (an extreme --distill-learning-rate) poisons the behaviour
     log_prob: the guard names the compressed actor, not the learner's loss, and --on-nan skip stops after
     guard.MAX_SKIP_STREAK + 1 consecutive skips instead of finishing as if healthy."""
-    summary = loop.train(tiny(None, compressor="distill:tiny", distill_learning_rate=1e30, on_nan=on_nan))
+    summary = run_training(tiny(None, compressor="distill:tiny", distill_learning_rate=1e30, on_nan=on_nan))
     assert summary["stopped"] == "diverged"
     last = 2 if on_nan == "stop" else 1 + guard.MAX_SKIP_STREAK + 1  # skip: the update that ended the streak
     assert f"non-finite compressed actor parameters at update {last}" in summary["stop_reason"]
@@ -352,8 +353,8 @@ def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
 def test_diverged_student_is_named_in_the_sebulba_loop_too(tmp_path):
     """Sebulba's actors run the compressor's parameters in their own threads: a student that diverged is
     named as the cause there too (its NaN behaviour log_prob is the symptom), not the learner."""
-    summary = loop.train(tiny(None, env="envpool:CartPole-v1", compressor="distill:tiny",
-                              distill_learning_rate=1e30, on_nan="stop"))
+    summary = run_training(tiny(None, env="envpool:CartPole-v1", compressor="distill:tiny",
+                                distill_learning_rate=1e30, on_nan="stop"))
     assert summary["loop"] == "sebulba" and summary["stopped"] == "diverged"
     assert "non-finite compressed actor parameters at update" in summary["stop_reason"]
     assert "the learner did not" in summary["stop_reason"]
@@ -361,7 +362,7 @@ def test_diverged_student_is_named_in_the_sebulba_loop_too(tmp_path):
 
 def test_most_updates_skipped_is_not_a_normal_finish(tmp_path, monkeypatch):
     poison_updates(monkeypatch, {1, 2, 4, 5, 7}, "grad_norm")  # 5 of 8, never more than 2 in a row
-    summary = loop.train(tiny(None, on_nan="skip"))
+    summary = run_training(tiny(None, on_nan="skip"))
     assert summary["updates"] == UPDATES and summary["skipped_updates"] == 5
     assert summary["stopped"] == "diverged" and summary["stop_reason"].startswith("5 of 8 updates skipped")
 

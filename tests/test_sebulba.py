@@ -17,12 +17,14 @@ import time
 import numpy as np
 import pytest
 
-from accerl_jax import async_actor, checkpoint, loop
+from accerl_jax import async_actor
+from accerl_jax import run_training
+from accerl_jax.run import checkpoint
 from accerl_jax.async_actor import AsyncActor, RolloutAssembler
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv
 from accerl_jax.loops import sebulba
-from accerl_jax.plan import choose_loop
+from accerl_jax.run.plan import choose_loop
 from accerl_jax.types import Transition
 from tiny_config import tiny_config
 
@@ -134,12 +136,12 @@ def test_sebulba_trains_with_versioned_rollouts_stops_on_sigint_and_resumes(tmp_
     logdir = tmp_path / "run"
     cfg = dict(queue_size=1, total_steps=12 * 4 * 8, compressor="mask:0.5")
     inject_in_actor(monkeypatch, at=5, action=lambda: os.kill(os.getpid(), signal.SIGINT))
-    first = loop.train(tiny(logdir, **cfg))
+    first = run_training(tiny(logdir, **cfg))
     assert first["stopped"] == "interrupted" and first["exit_signal"] == "SIGINT" and first["updates"] >= 2
     assert checkpoint_steps(logdir) == [first["updates"]]
     assert no_worker_threads()
     monkeypatch.undo()
-    summary = loop.train(tiny(None, resume=str(logdir), **cfg))
+    summary = run_training(tiny(None, resume=str(logdir), **cfg))
     assert summary["loop"] == "sebulba" and summary["stopped"] is None and summary["updates"] == 12
     assert summary["resumed_from_update"] == first["updates"] and summary["total_env_steps"] == 12 * 4 * 8
     assert summary["episodes"] > 0 and summary["actor_batch"] == 2 and summary["actor_device"].startswith("cpu")
@@ -167,7 +169,7 @@ def test_distillation_takes_the_learners_outputs_as_the_teacher(tmp_path, monkey
     """The compressor thread distils on the learner's own outputs at the rollout's observations
     (--distill-reuse-teacher, the default): every ``compress`` call gets ``teacher`` = (policy outputs,
     values), one row per observation, so no second teacher pass runs."""
-    from accerl_jax import run as run_lib
+    from accerl_jax.run import build as run_lib
 
     real, seen = run_lib.make_run_compressor, []
 
@@ -181,7 +183,7 @@ def test_distillation_takes_the_learners_outputs_as_the_teacher(tmp_path, monkey
         return c._replace(compress=compress)
 
     monkeypatch.setattr(run_lib, "make_run_compressor", spy)
-    summary = loop.train(tiny(tmp_path / "run", compressor="distill:tiny", distill_steps=1, total_steps=4 * 8 * 4))
+    summary = run_training(tiny(tmp_path / "run", compressor="distill:tiny", distill_steps=1, total_steps=4 * 8 * 4))
     assert summary["stopped"] is None and summary["updates"] == 4
     assert seen and all(s == (8 * 4, [8 * 4, 8 * 4]) for s in seen), seen
 
@@ -201,7 +203,7 @@ def test_auto_loop_is_sebulba_for_envpool_and_flags_are_checked():
     ]
     for kw, message in bad:
         with pytest.raises(ConfigError, match=None) as err:
-            loop.train(Config(progress=False, logdir="/nonexistent/never-written", **kw))
+            run_training(Config(progress=False, logdir="/nonexistent/never-written", **kw))
         assert message in str(err.value), (kw, str(err.value))
 
 
@@ -229,7 +231,7 @@ def assert_checkpoint_resumes(logdir, least: int = 1):
     """One checkpoint (of the last completed update, >= ``least``), from which the run finishes."""
     steps = checkpoint_steps(logdir)
     assert len(steps) == 1 and steps[0] >= least, steps
-    resumed = loop.train(tiny(None, resume=str(logdir), queue_size=1))
+    resumed = run_training(tiny(None, resume=str(logdir), queue_size=1))
     assert resumed["stopped"] is None and resumed["updates"] == 8 and resumed["resumed_from_update"] == steps[0]
 
 
@@ -237,7 +239,7 @@ def train_until_fault(logdir, error: type, match: str, when: dict):
     """Train until the injected fault (raised at ``when["t"]``) reaches the caller as ``error``; assert it
     took under FAULT_BOUND_S and left no worker thread. Returns pytest's ExceptionInfo."""
     with pytest.raises(error, match=match) as err:
-        loop.train(tiny(logdir, queue_size=1))
+        run_training(tiny(logdir, queue_size=1))
     elapsed = time.perf_counter() - when["t"]
     assert elapsed < FAULT_BOUND_S, f"took {elapsed:.1f} s from the fault to the error"
     assert no_worker_threads()

@@ -1,10 +1,11 @@
-"""accerl_jax.speed: the forward-pass timing of the actor's policy against the learner's."""
+"""accerl_jax.platform.speed: the forward-pass timing of the actor's policy against the learner's."""
 from __future__ import annotations
 
 import jax
 import pytest
 
-from accerl_jax import networks, speed
+from accerl_jax import networks
+from accerl_jax.platform import speed
 
 SPEC = networks.default_spec((4,), 2)
 APPLY = networks.make_apply(SPEC)

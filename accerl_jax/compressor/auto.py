@@ -5,7 +5,7 @@ The paper fixes one compressor per run. ``auto`` holds a fixed list of candidate
 bound* (``--max-actor-kl``), re-deciding while training. One *evaluation*:
 
 1. speed: seconds per forward pass of the actor's batch ``B``, compiled as the actor runs it
-   (``forward_timer``, :func:`accerl_jax.speed.forward_timer`), measured once per candidate, at the first
+   (``forward_timer``, :func:`accerl_jax.platform.speed.forward_timer`), measured once per candidate, at the first
    evaluation -- the cost depends on the network's shapes and dtypes, not on its weight values, so a
    candidate not yet built is timed on zeros of its actor parameters' shapes -- interleaved over
    ``rounds`` rounds (median), together with the learner's own network (``speedup_vs_none``);
@@ -46,7 +46,7 @@ Actor parameters are ``{candidate key: that candidate's actor params}`` with a s
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,
 and jitted actors compile once per candidate they meet. Keys are the candidate specs with ``:`` and
 ``+`` written as ``_`` and ``-`` (checkpoint-safe names). ``--resume`` of an auto run is refused (the
-structure of the saved actor parameters depends on the decisions taken; :func:`accerl_jax.plan.check_config`).
+structure of the saved actor parameters depends on the decisions taken; :func:`accerl_jax.run.plan.check_config`).
 
 ``init`` and the candidates' ``compress`` are pure (each candidate's init key is kept in the
 :class:`AutoState`); the host-side decisions read device values. With several processes, every
@@ -60,7 +60,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import networks, xla
+from accerl_jax import networks
+from accerl_jax.platform import xla
 from accerl_jax.compressor.base import Compressor
 from accerl_jax.corrector import CLIP_MARGIN  # the clipping trigger counts ρ > ρ̄ · CLIP_MARGIN
 from accerl_jax.types import ApplyFn, Rollout
@@ -120,7 +121,7 @@ class AutoCompressor:
       speed_forwards, rounds: forward passes per timed scan; interleaved timing rounds.
       agree: ``pytree of host numbers -> pytree``, applied to every measurement a decision depends on
         (timings, KL, agreement, clipping) before it is used. The identity for one process; with several
-        processes, process 0's values broadcast to all (:func:`accerl_jax.distributed.agree`), so that
+        processes, process 0's values broadcast to all (:func:`accerl_jax.run.distributed.agree`), so that
         every process takes the same decisions and warms the same candidates on the same (global)
         observations, and their actors stay identical.
 

@@ -42,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from accerl_jax import networks, xla
+from accerl_jax import networks
+from accerl_jax.platform import xla
 from accerl_jax.compressor.base import Compressor
 from accerl_jax.types import ApplyFn
 

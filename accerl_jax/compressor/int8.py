@@ -26,7 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from accerl_jax import lazy, networks
+from accerl_jax import networks
+from accerl_jax.platform import lazy
 from accerl_jax.compressor.base import Compressor
 from accerl_jax.compressor.select import HEADS
 

@@ -11,10 +11,10 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
-from accerl_jax import lazy
+from accerl_jax.platform import lazy
 
 # gymnax imports its render helpers' plotting libraries (matplotlib.pyplot, seaborn and with it scipy.stats)
-# with every environment; training never renders, so they load only if something uses them (accerl_jax.lazy).
+# with every environment; training never renders, so they load only if something uses them (accerl_jax.platform.lazy).
 lazy.defer("matplotlib.pyplot", "seaborn")
 import gymnax  # noqa: E402
 from gymnax.environments.environment import Environment  # noqa: E402

@@ -1,5 +1,5 @@
-"""The steppers: each loop only produces updates and yields :class:`~accerl_jax.driver.Step` records;
-the :class:`~accerl_jax.driver.Driver` owns the run's life around them (docs/DESIGN.md, "One run lifecycle").
+"""The steppers: each loop only produces updates and yields :class:`~accerl_jax.run.driver.Step` records;
+the :class:`~accerl_jax.run.driver.Driver` owns the run's life around them (docs/DESIGN.md, "One run lifecycle").
 
 * :class:`~accerl_jax.loops.anakin.AnakinStepper` -- the whole update fused in one jitted program, one
   step per chunk of updates.

@@ -1,8 +1,8 @@
 """The Anakin stepper (``--loop anakin``; the default for gymnax): the whole actor-learner iteration in
 one jitted program (:mod:`accerl_jax.loops.anakin_program`; Podracer's Anakin, Hessel et al. 2021,
 https://arxiv.org/abs/2104.06272), dispatched one *chunk* of updates at a time (up to the next
-``--log-every`` / ``--checkpoint-every`` boundary). It yields one :class:`~accerl_jax.driver.Step` per
-chunk; between chunks the :class:`~accerl_jax.driver.Driver` logs, checkpoints and checks for signals,
+``--log-every`` / ``--checkpoint-every`` boundary). It yields one :class:`~accerl_jax.run.driver.Step` per
+chunk; between chunks the :class:`~accerl_jax.run.driver.Driver` logs, checkpoints and checks for signals,
 so a signal stops the run within a chunk. The next chunk is dispatched *before* the step is yielded, so
 that the host's work runs while the program does.
 
@@ -31,15 +31,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import checkpoint
+from accerl_jax.run import checkpoint
 from accerl_jax.actor import AnakinActor
-from accerl_jax.driver import Bad, Episodes, Events, Final, Step
-from accerl_jax.guard import MAX_SKIP_STREAK, quantity
+from accerl_jax.run.driver import Bad, Episodes, Events, Final, Step
+from accerl_jax.run.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
 from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
 from accerl_jax.loops import pieces, shared
 from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
-from accerl_jax.run import Run
+from accerl_jax.run.build import Run
 
 
 def fused_actor_run(run: Run) -> Run:

@@ -13,7 +13,7 @@ from accerl_jax.compressor.auto import AutoState
 from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.anakin_program import AnakinState, ChunkEnd, make_chunk
 from accerl_jax.loops.anakin_state import place_state
-from accerl_jax.run import Run
+from accerl_jax.run.build import Run
 
 
 class AutoChunks:

@@ -3,7 +3,7 @@ updates as one jitted ``lax.scan`` (Podracer's Anakin, Hessel et al. 2021, https
 
 One *update* is: a rollout of ``T`` steps of the ``B`` envs with the compressed policy the actor was
 given, the Corrector and learner update with the non-finite guard fused in
-(:func:`accerl_jax.guard.guard_update`), and re-compression of the new learner parameters every
+(:func:`accerl_jax.run.guard.guard_update`), and re-compression of the new learner parameters every
 ``--compress-every`` updates; a distill compressor gets the learner's own outputs at the rollout's
 observations as its teacher's (``Run.teacher_update``), so no second teacher forward pass is traced. The actor acts with the compressed parameters made ``--policy-lag`` updates
 before the latest (a fixed-length tuple in the state, oldest first); each set carries its *policy
@@ -20,12 +20,12 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import learner as learner_lib
-from accerl_jax import xla
+from accerl_jax.platform import xla
 from accerl_jax.actor import ActorCarry
-from accerl_jax import guard as guard_lib
-from accerl_jax.guard import FINITE
+from accerl_jax.run import guard as guard_lib
+from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.shared import learner_update
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
 
 
 class AnakinState(NamedTuple):
@@ -41,9 +41,9 @@ class AnakinState(NamedTuple):
     skipped: jax.Array  # [] int32, updates skipped by --on-nan skip
     streak: jax.Array  # [] int32, consecutive updates skipped up to the last (--on-nan skip; 0 after a resume)
     # [] int32, the first update with a non-finite quantity (--on-nan stop), or the one that made more than
-    # accerl_jax.guard.MAX_SKIP_STREAK consecutive skips (--on-nan skip); 0: none
+    # accerl_jax.run.guard.MAX_SKIP_STREAK consecutive skips (--on-nan skip); 0: none
     bad_update: jax.Array
-    bad_quantity: jax.Array  # [] int32, its index into accerl_jax.guard.QUANTITIES, FINITE (-1): none
+    bad_quantity: jax.Array  # [] int32, its index into accerl_jax.run.guard.QUANTITIES, FINITE (-1): none
 
 
 class UpdateOutput(NamedTuple):
@@ -126,7 +126,7 @@ def state_sharding(run: Run | None = None):
     Without ``run``: one replicated sharding over this process's devices (a placement any single-process
     state accepts; :func:`make_chunk`'s call moves it to the run's own). With ``run``: a sharding per field
     of :class:`AnakinState` (a pytree prefix for :func:`jax.device_put` and ``jit``): the actor's carry
-    (env state, observations and keys of its env groups, :class:`~accerl_jax.shards.ShardedActor`)
+    (env state, observations and keys of its env groups, :class:`~accerl_jax.run.shards.ShardedActor`)
     sharded along its env-group axis (the leading axis, after the seed axis of ``--num-seeds`` > 1), so
     each device steps its own environments; the rest (learner, compressed parameters, counters, the last
     rollout's observations) replicated. For an envpool actor (one device), all replicated. With several

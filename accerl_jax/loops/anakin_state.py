@@ -9,19 +9,20 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from accerl_jax import learner as learner_lib
-from accerl_jax import networks, xla
-from accerl_jax.guard import FINITE
+from accerl_jax import networks
+from accerl_jax.platform import xla
+from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.anakin_program import AnakinState, state_sharding
 from accerl_jax.loops.shared import resumed_carry
-from accerl_jax.run import Run, policy_versions
+from accerl_jax.run.build import Run, policy_versions
 
 
 def initial_state(run: Run, seed: int) -> AnakinState:
-    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.setup` derives from it.
+    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.build.setup` derives from it.
 
     With several processes it is built by one jitted program over the global mesh (every process runs
     it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. Its pieces (network,
-    optimiser and student initialisation) compile with :func:`accerl_jax.xla.one_shot_options`: each runs
+    optimiser and student initialisation) compile with :func:`accerl_jax.platform.xla.one_shot_options`: each runs
     once."""
     if run.num_processes > 1:
         return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),

@@ -1,6 +1,6 @@
 """``--compressor auto``'s one wiring, the same in every loop: :class:`AutoControl` calls the controller
 (:meth:`AutoCompressor.adapt <accerl_jax.compressor.auto.AutoCompressor.adapt>`) after each compression
-of the running candidate and keeps its decisions for the stepper's next :class:`~accerl_jax.driver.Step`
+of the running candidate and keeps its decisions for the stepper's next :class:`~accerl_jax.run.driver.Step`
 (the driver logs them). What differs per loop is only where the running policy's statistics come from
 and how a switch reaches the actor -- each stepper's one hook:
 
@@ -54,7 +54,7 @@ class AutoControl:
         return self.adapt(update, params, state, actor_params, obs, measure, since)
 
     def take_decisions(self) -> tuple:
-        """The decisions taken since the last call, oldest first (dicts, for :class:`~accerl_jax.driver.Events`)."""
+        """The decisions taken since the last call, oldest first (dicts, for :class:`~accerl_jax.run.driver.Events`)."""
         with self._lock:
             out, self._decisions = tuple(self._decisions), []
         return out

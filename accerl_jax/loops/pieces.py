@@ -1,4 +1,4 @@
-"""The pieces of one update at a run's shapes, and their cost split (:mod:`accerl_jax.cost`; docs/DESIGN.md,
+"""The pieces of one update at a run's shapes, and their cost split (:mod:`accerl_jax.platform.cost`; docs/DESIGN.md,
 "Where compression can pay").
 
 The pieces are the ones the Anakin program fuses: a rollout of ``T`` steps of the ``B`` envs with the
@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import jax
 
-from accerl_jax import cost
+from accerl_jax.platform import cost
 from accerl_jax.loops.shared import learner_update
-from accerl_jax.run import Run, teacher_kwargs
+from accerl_jax.run.build import Run, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
-                "(accerl_jax.cost.flops; nothing compiled)")
+                "(accerl_jax.platform.cost.flops; nothing compiled)")
 TIMED_SOURCE = "each piece compiled and timed alone at the run's shapes (median of 20 interleaved calls)"
 
 
@@ -112,13 +112,13 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
       actor_params: the compressed parameters the actor acts with.
       comp_state: the compressor's state.
       carry: the actor's carry (env states, observations ``[B, ...]``, key).
-      timed: also compile and time each piece alone (:func:`accerl_jax.cost.time_pieces`, 20 rounds).
+      timed: also compile and time each piece alone (:func:`accerl_jax.platform.cost.time_pieces`, 20 rounds).
       flops: :func:`count_flops`'s result at these shapes if already counted (:class:`BackgroundFlops`);
         None counts them here.
 
     Returns:
       ``{"flops": amdahl(..., unit="flops"), "flops_source": ..., "timed": timed}``; with ``timed`` also
-      the seconds (:func:`accerl_jax.cost.amdahl`'s keys, ``actor_s_per_update``, ...) and
+      the seconds (:func:`accerl_jax.platform.cost.amdahl`'s keys, ``actor_s_per_update``, ...) and
       ``timed_source``. ``actor_share``, ``ceiling`` and ``predicted_saving`` at the top level are the
       timed ones when timed, else the FLOPs ones; ``ceiling_source`` (``"timed"`` or ``"flops"``) says
       which. Compression counts once per ``--compress-every`` updates.

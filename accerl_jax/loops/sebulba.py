@@ -7,11 +7,11 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
   first device); each rollout is copied to the learner's devices (``run.mesh``, sharded over the batch
   axis) and put, with the policy version that produced it, into a bounded queue (``--queue-size``).
   With ``cpu-apart`` on XLA:CPU the learner's mesh leaves ``cpu:0`` out
-  (:func:`accerl_jax.plan.first_learner_device`), so actor and learner hold their arrays apart as they
+  (:func:`accerl_jax.run.plan.first_learner_device`), so actor and learner hold their arrays apart as they
   do beside a GPU learner.
 * the learner, in the calling thread (where signals arrive): takes one rollout per actor thread, applies
-  the guarded update (:class:`accerl_jax.guard.UpdateGuard`), records the policy lag in versions
-  (``policy_lag_versions``), yields one :class:`~accerl_jax.driver.Step`, and hands its newest
+  the guarded update (:class:`accerl_jax.run.guard.UpdateGuard`), records the policy lag in versions
+  (``policy_lag_versions``), yields one :class:`~accerl_jax.run.driver.Step`, and hands its newest
   parameters to
 * the compressor thread (:func:`~accerl_jax.loops.sebulba_compress.compress_loop`), which compresses
   the newest learner parameters it has been given (older ones are skipped), takes ``--compressor auto``'s
@@ -40,19 +40,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from accerl_jax import checkpoint
+from accerl_jax.run import checkpoint
 from accerl_jax import learner as learner_lib
 from accerl_jax.async_actor import AsyncActor
-from accerl_jax.clock import StageClock
+from accerl_jax.platform.clock import StageClock
 from accerl_jax.config import Config
-from accerl_jax.driver import Bad, Episodes, Events, Final, Step
+from accerl_jax.run.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.envs.envpool_env import AsyncEnvpoolEnv, envpool_seed
-from accerl_jax.guard import UpdateGuard
+from accerl_jax.run.guard import UpdateGuard
 from accerl_jax.loops import shared
 from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.sebulba_compress import compress_loop
 from accerl_jax.loops.sebulba_threads import Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
-from accerl_jax.run import DIVERGENCE_SAMPLES, Run, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, Run, teacher_kwargs
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
 JOIN_S = 10.0  # how long the learner waits for a stopping worker thread

@@ -9,12 +9,12 @@ from typing import Callable
 
 import jax
 
-from accerl_jax.clock import StageClock
-from accerl_jax.driver import Refresh
+from accerl_jax.platform.clock import StageClock
+from accerl_jax.run.driver import Refresh
 from accerl_jax.loops import shared
 from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.sebulba_threads import Latest
-from accerl_jax.run import REFRESH_SAMPLES, Run
+from accerl_jax.run.build import REFRESH_SAMPLES, Run
 
 
 def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: Latest, to_actor: Callable,
@@ -28,7 +28,7 @@ def compress_loop(run: Run, learner_box: Latest, comp_box: Latest, actor_box: La
       comp_box: ``((actor params, compressor state), version)`` on the learner's devices; read at start,
         published after each compression.
       actor_box: the actors' copy (``to_actor(actor params)``), published when the policy changed.
-      clock: gets the ``compress`` seconds; ``refreshes`` a :class:`~accerl_jax.driver.Refresh` of every
+      clock: gets the ``compress`` seconds; ``refreshes`` a :class:`~accerl_jax.run.driver.Refresh` of every
         ``--log-every``-th refresh; ``auto`` takes ``--compressor auto``'s decisions (None: another
         compressor); the learner yields the refreshes and decisions in its steps.
     """

@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 import jax
 
-from accerl_jax.clock import StageClock
+from accerl_jax.platform.clock import StageClock
 
 
 class Failure:

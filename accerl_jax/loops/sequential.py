@@ -2,8 +2,8 @@
 the other, each timed apart (``--loop sequential``; the ``loop_throughput`` benchmark measures it against the
 Anakin loop and the bare program). The actor runs the compressed parameters made ``--policy-lag`` updates
 before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard is
-fused into the learner update's program (:class:`~accerl_jax.guard.UpdateGuard`). It yields one
-:class:`~accerl_jax.driver.Step` per update; the :class:`~accerl_jax.driver.Driver` does the rest.
+fused into the learner update's program (:class:`~accerl_jax.run.guard.UpdateGuard`). It yields one
+:class:`~accerl_jax.run.driver.Step` per update; the :class:`~accerl_jax.run.driver.Driver` does the rest.
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import checkpoint
-from accerl_jax.clock import StageClock
-from accerl_jax.driver import Bad, Episodes, Events, Final, Refresh, Step
-from accerl_jax.guard import UpdateGuard
+from accerl_jax.run import checkpoint
+from accerl_jax.platform.clock import StageClock
+from accerl_jax.run.driver import Bad, Episodes, Events, Final, Refresh, Step
+from accerl_jax.run.guard import UpdateGuard
 from accerl_jax.loops import pieces, shared
 from accerl_jax.loops.auto import AutoControl
-from accerl_jax.run import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, policy_versions, teacher_kwargs
 
 
 class SequentialStepper:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from accerl_jax import checkpoint
-from accerl_jax.run import Run
+from accerl_jax.run import checkpoint
+from accerl_jax.run.build import Run
 
 
 def learner_update(run: Run) -> Callable:
@@ -18,7 +18,7 @@ def learner_update(run: Run) -> Callable:
 def snapshot(run: Run, learner, lagged, comp_state, *, carry=None, key=None) -> checkpoint.TrainState:
     """What a checkpoint saves: the learner state, the lagged compressed parameter sets (oldest first),
     the compressor state and the actor's ``carry`` -- all of it for jittable envs, only its PRNG key for
-    host envs (:func:`accerl_jax.checkpoint.host_key_only`) -- or, where the loop keeps no carry (its
+    host envs (:func:`accerl_jax.run.checkpoint.host_key_only`) -- or, where the loop keeps no carry (its
     actors are threads), the actors' base ``key``."""
     saved = key if carry is None else checkpoint.host_key_only(carry, run.info.jittable)
     return checkpoint.TrainState(learner, tuple(lagged), comp_state, saved)

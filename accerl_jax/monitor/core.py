@@ -14,7 +14,7 @@ from accerl_jax.monitor.plots import plot_curves
 from accerl_jax.monitor.stages import StageTimes
 from accerl_jax.monitor.tensorboard_sink import TensorBoardSink
 from accerl_jax.monitor.wandb_sink import WandbSink
-from accerl_jax.run_folder import is_run_file
+from accerl_jax.run.folder import is_run_file
 
 
 class Monitor:
@@ -65,7 +65,7 @@ class Monitor:
         return self.clock.times
 
     def add_time(self, stage: str, seconds: float) -> None:
-        """Add ``seconds`` (wall, as a stepper's :class:`accerl_jax.clock.StageClock` measured them) to ``stage``."""
+        """Add ``seconds`` (wall, as a stepper's :class:`accerl_jax.platform.clock.StageClock` measured them) to ``stage``."""
         self.clock.add_time(stage, seconds)
 
     def set_env_time(self, env_seconds: float) -> None:

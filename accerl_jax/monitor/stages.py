@@ -1,5 +1,5 @@
 """The stage times: cumulative wall seconds of each stage of training (:data:`STAGES`), as the driver adds
-what the steppers measured (:class:`accerl_jax.clock.StageClock` measures; this only keeps the totals)."""
+what the steppers measured (:class:`accerl_jax.platform.clock.StageClock` measures; this only keeps the totals)."""
 from __future__ import annotations
 
 # Wall seconds per stage: the actor's rollout (split into env stepping and policy inference),

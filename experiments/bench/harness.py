@@ -141,15 +141,15 @@ def summary_keys(run: dict) -> dict:
 
 
 def train_in_process(fields: dict, target: float | None = None, trained: dict | None = None) -> dict:
-    """One :func:`accerl_jax.loop.train` run of ``Config(**fields)`` in a fresh temporary log folder:
+    """One :func:`accerl_jax.run.training.train` run of ``Config(**fields)`` in a fresh temporary log folder:
     the summary's kept fields, the time to ``target`` (seconds from setup, compilation included) and the
     steady rate (None when the run logged too few rows)."""
     from accerl_jax.config import Config
-    from accerl_jax.loop import train
+    from accerl_jax import run_training
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(**dict(dict(progress=False, checkpoint_every=0), **fields, logdir=os.path.join(tmp, "run")))
-        s = train(cfg, trained=trained)
+        s = run_training(cfg, trained=trained)
         out = summary_keys(s)
         out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
         try:

@@ -168,7 +168,8 @@ def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from accerl_jax import networks, xla
+    from accerl_jax import networks
+    from accerl_jax.platform import xla
     from accerl_jax.actor import make_actor
     from accerl_jax.compressor import make_compressor
     from accerl_jax.envs import make_env
@@ -193,7 +194,7 @@ def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
 
     fit_obs, held_obs = observations(100), observations(200)
     held_teacher = jax.jit(lambda p, x: learner_apply(p, x)[0])(teacher, held_obs)
-    families = {"default": "mlp", "no_ynn": "cnn"}  # accerl_jax.xla's CPU options, selected by family name
+    families = {"default": "mlp", "no_ynn": "cnn"}  # accerl_jax.platform.xla's CPU options, selected by family name
     entries = {}
     for m in o["configs"]:
         comp = make_compressor(m, spec, learner_apply, distill_steps=50, distill_learning_rate=1e-3)

@@ -7,7 +7,7 @@ sequential and Sebulba steppers one per update. The driver
 * records the finished episodes and writes Monitor rows (every ``--log-every`` updates, the last one, a
   diverged one) and the actor's policy refreshes, for one seed or for each of ``--num-seeds``;
 * saves checkpoints every ``--checkpoint-every`` updates and at the end, never cut short by a signal
-  (:mod:`accerl_jax.signals`: deferral), never of a diverged state;
+  (:mod:`accerl_jax.run.signals`: deferral), never of a diverged state;
 * stops on a non-finite update (``--on-nan stop``), on SIGINT/SIGTERM (the stepper asks
   :meth:`Driver.keep_going` before each new update or chunk, which also *arms* the signals once an update
   of this session has finished), and on a stepper's exception (the last completed update is saved, then
@@ -18,7 +18,7 @@ sequential and Sebulba steppers one per update. The driver
 A stepper implements :class:`Stepper`; the contract is one-way: a stepper never writes the Monitor, a
 checkpoint or the summary, nor handles signals. Everything that happened in a step travels in the
 :class:`Step` it yields -- metrics, finished episodes, a snapshot for the checkpoint, and its
-:class:`Events` (stage seconds measured with its own :class:`~accerl_jax.clock.StageClock`, policy
+:class:`Events` (stage seconds measured with its own :class:`~accerl_jax.platform.clock.StageClock`, policy
 refreshes, ``--compressor auto`` decisions) -- and the driver is the only writer.
 """
 from __future__ import annotations
@@ -31,13 +31,15 @@ from typing import Any, Iterator, NamedTuple, Optional, Protocol
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, clock, compile_cache, networks, run_folder, speed
-from accerl_jax import guard as guard_lib
+from accerl_jax import networks
+from accerl_jax.platform import clock, compile_cache, speed
+from accerl_jax.run import checkpoint, folder as run_folder
+from accerl_jax.run import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
-from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
-from accerl_jax.shards import params_digest
-from accerl_jax.signals import Interrupted, StopSignals, signal_name
+from accerl_jax.run.build import SPEED_FORWARDS, Run, tensorboard_purge_step
+from accerl_jax.run.shards import params_digest
+from accerl_jax.run.signals import Interrupted, StopSignals, signal_name
 
 
 class Episodes(NamedTuple):
@@ -57,7 +59,7 @@ class Episodes(NamedTuple):
 class Bad(NamedTuple):
     """A non-finite update under ``--on-nan stop``."""
 
-    quantity: str  # the first non-finite part, e.g. "rewards", "behaviour log_prob" (accerl_jax.guard.QUANTITIES)
+    quantity: str  # the first non-finite part, e.g. "rewards", "behaviour log_prob" (accerl_jax.run.guard.QUANTITIES)
     update: int  # the update (1-based) that produced it
     seed: int  # index of the seed it happened in (0 for one seed)
     streak: int = 0  # --on-nan skip: the consecutive skipped updates that stopped the run (0: --on-nan stop)
@@ -167,10 +169,10 @@ class Driver:
     """Drives one stepper through the run's life (module docstring).
 
     Args:
-      run: the built run (:func:`accerl_jax.run.setup`).
+      run: the built run (:func:`accerl_jax.run.build.setup`).
       stop: the signal handler of this training call.
       claimed: the new run's folder while it holds no finished update (emptied at the first one).
-      entered_s: :func:`accerl_jax.clock.process_age` when the training call began (None: now), so that
+      entered_s: :func:`accerl_jax.platform.clock.process_age` when the training call began (None: now), so that
         the summary splits the start-up into what ran before it (interpreter, imports, parsing) and after.
     """
 
@@ -217,7 +219,7 @@ class Driver:
         """Run ``stepper`` to the budget, a stop or a failure; return the run's summary and final state.
 
         Raises:
-          accerl_jax.signals.Interrupted: a signal before the first update of this session finished.
+          accerl_jax.run.signals.Interrupted: a signal before the first update of this session finished.
           BaseException: a stepper's own exception, after the last completed update has been saved.
         """
         self.stepper, run = stepper, self.run
@@ -422,8 +424,8 @@ class Driver:
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
-    """The actor's policy speedup over the learner's (:func:`accerl_jax.speed.policy_speedup`) on
-    ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.SPEED_FORWARDS` steps are used); with
+    """The actor's policy speedup over the learner's (:func:`accerl_jax.platform.speed.policy_speedup`) on
+    ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.build.SPEED_FORWARDS` steps are used); with
     ``--compressor none`` only the learner's policy is timed (the actor runs it: speedup 1)."""
     return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
                                 obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family,
@@ -465,7 +467,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "env": cfg.env,
         "compressor": cfg.compressor,
         "corrector": cfg.corrector,
-        "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
+        "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.run.plan.make_loss_config)
         "epochs": run.loss_cfg.epochs,
         "minibatches": run.loss_cfg.minibatches,
         "policy_lag": cfg.policy_lag,

@@ -1,6 +1,6 @@
 """The command-line reference (docs/CLI.md), generated from the real parsers' ``--help``.
 
-``python -m accerl_jax.cli_reference > docs/CLI.md`` writes it; ``tests/test_cli_reference.py`` fails when
+``python -m accerl_jax.tools.cli_reference > docs/CLI.md`` writes it; ``tests/test_cli_reference.py`` fails when
 the committed file differs from what this produces now. Each command's ``--help`` runs in a subprocess at a
 fixed terminal width (:data:`COLUMNS`), so the text does not depend on the terminal that regenerates it.
 """
@@ -18,7 +18,7 @@ COMMANDS = (
     ("accerl_jax.export", "export a trained run's policy as a plain-JAX program", None),
     ("accerl_jax.plot", "plot run folders' curves", None),
 )
-REGENERATE = "python -m accerl_jax.cli_reference > docs/CLI.md"
+REGENERATE = "python -m accerl_jax.tools.cli_reference > docs/CLI.md"
 
 
 # The flag that prints a command's whole reference (training's --help shows only the common flags).

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import xla
+from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
 def _scan_forward(apply: ApplyFn, compiler_options):
@@ -56,7 +56,7 @@ def policy_speedup(
       actor_apply, actor_params: the compressed (actor) policy.
       obs_seq: ``[K, B, *obs_shape]`` real observations; ``B`` is the actor's batch size.
       family: network family; conv networks on CPU are timed in every configuration of
-        :func:`accerl_jax.xla.candidate_configs` and the fastest is kept for each policy.
+        :func:`accerl_jax.platform.xla.candidate_configs` and the fastest is kept for each policy.
       rounds: interleaved measurement rounds (median taken), to share machine noise between the two.
       identical: the actor runs the uncompressed policy itself (``--compressor none``): only it is timed,
         and the speedup is 1 by definition (timing it twice would report noise as a speedup).
@@ -91,7 +91,7 @@ def policy_speedup(
 
 
 def forward_timer(apply: ApplyFn, family: str = "mlp", repeats: int = 3):
-    """A timer of ``apply``'s forward pass compiled as the actor runs it (:func:`accerl_jax.xla.options_for`).
+    """A timer of ``apply``'s forward pass compiled as the actor runs it (:func:`accerl_jax.platform.xla.options_for`).
 
     Returns ``timer(params, obs_seq [K, B, *obs_shape]) -> seconds`` per forward pass of ``B`` observations
     (median of ``repeats`` timed scans of ``K`` forwards; the first call also compiles, untimed). The

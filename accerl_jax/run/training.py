@@ -1,11 +1,11 @@
 """The AcceRL training entry point: Learner params -> Compressor -> Actor -> Corrector -> Learner, watched
 by the Monitor (docs/DESIGN.md).
 
-A run is a **plan** (:mod:`accerl_jax.plan`: every check once, the loop and device layout chosen), a
-**setup** that builds what the plan says (:func:`accerl_jax.run.setup`; a
+A run is a **plan** (:mod:`accerl_jax.run.plan`: every check once, the loop and device layout chosen), a
+**setup** that builds what the plan says (:func:`accerl_jax.run.build.setup`; a
 :class:`~accerl_jax.config.ConfigError` is raised before anything is written), a **stepper** that only
 produces updates (:mod:`accerl_jax.loops`: Anakin, sequential or Sebulba), and the **driver**
-(:class:`accerl_jax.driver.Driver`) that owns the run's life around it: Monitor rows, checkpoints,
+(:class:`accerl_jax.run.driver.Driver`) that owns the run's life around it: Monitor rows, checkpoints,
 signals, the divergence stop, resume, teardown and the summary.
 """
 from __future__ import annotations
@@ -13,27 +13,28 @@ from __future__ import annotations
 import os
 import shutil
 
-from accerl_jax import clock, distributed, run_folder
+from accerl_jax.platform import clock
+from accerl_jax.run import distributed, folder as run_folder
 from accerl_jax.config import Config, ConfigError
-from accerl_jax.driver import Driver
+from accerl_jax.run.driver import Driver
 from accerl_jax.loops import STEPPERS
-from accerl_jax.run import setup
-from accerl_jax.signals import StopSignals
+from accerl_jax.run.build import setup
+from accerl_jax.run.signals import StopSignals
 
 
-def train(cfg: Config, *, trained: dict | None = None) -> dict:
+def run_training(cfg: Config, *, trained: dict | None = None) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``).
 
     ``trained``, if given, is filled with ``learner_params``, ``actor_params`` and ``obs`` (the last
     rollout's observations ``[T * B, *obs_shape]``), for experiments that study the trained policy.
 
-    SIGINT/SIGTERM stop it at an update boundary (:mod:`accerl_jax.signals`); a checkpoint is saved and
+    SIGINT/SIGTERM stop it at an update boundary (:mod:`accerl_jax.run.signals`); a checkpoint is saved and
     the summary has ``"stopped": "interrupted"`` and ``"exit_signal"``.
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, loop, numeric value, log folder,
         --resume checkpoint), raised before anything is written.
-      accerl_jax.signals.Interrupted: a signal before the first update of this session finished (a new
+      accerl_jax.run.signals.Interrupted: a signal before the first update of this session finished (a new
         run's folder is freed; a resumed run's checkpoints are untouched).
     """
     entered = clock.process_age()  # the start-up before this call (interpreter, imports, parsing)

@@ -80,7 +80,7 @@ class GlobalUpdate:
     in the same order. The global batch is ``[T, num_processes * b, ...]``; the returned state and ``[]``
     metrics are process-local copies of the replicated results.
 
-    A caller that jits more around the update (:class:`accerl_jax.guard.UpdateGuard`) jits
+    A caller that jits more around the update (:class:`accerl_jax.run.guard.UpdateGuard`) jits
     :attr:`traced` (global arrays in and out) and wraps the jitted program with :meth:`host_wrap`, which
     converts on the host: :func:`jax.make_array_from_process_local_data` cannot run inside a trace.
     """

@@ -2,9 +2,9 @@
 (:mod:`accerl_jax.export`).
 
 The configuration saved with the checkpoint is checked by the same plan as training
-(:func:`accerl_jax.plan.check_config`, :func:`~accerl_jax.plan.make_plan`) and rebuilds the learner
-network and the compressor with the same setup code (:func:`accerl_jax.run.make_run_compressor`); the
-checkpoint's arrays, each checked against its recorded SHA-256 (:func:`accerl_jax.checkpoint.read_checked`),
+(:func:`accerl_jax.run.plan.check_config`, :func:`~accerl_jax.run.plan.make_plan`) and rebuilds the learner
+network and the compressor with the same setup code (:func:`accerl_jax.run.build.make_run_compressor`); the
+checkpoint's arrays, each checked against its recorded SHA-256 (:func:`accerl_jax.run.checkpoint.read_checked`),
 fill them. ``policy="actor"`` gives the run's newest compressed parameters with the compressor's
 ``actor_apply`` (the policy the run's summary describes); ``"learner"`` the learner's own.
 """
@@ -18,16 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax import checkpoint, networks
-from accerl_jax import plan as plan_lib
+from accerl_jax import networks
+from accerl_jax.run import checkpoint
+from accerl_jax.run import plan as plan_lib
 from accerl_jax.actor import sample_from
-from accerl_jax.cli import DEFAULT_POLICY, POLICIES, run_folder
+from accerl_jax.tools.cli import DEFAULT_POLICY, POLICIES, run_folder
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import make_env
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
-from accerl_jax.presets import saved_settings
-from accerl_jax.run import make_run_compressor
-from accerl_jax.seeds import eval_envpool_seed
+from accerl_jax.tools.presets import saved_settings
+from accerl_jax.run.build import make_run_compressor
+from accerl_jax.envs.seeds import eval_envpool_seed
 from accerl_jax.types import ApplyFn
 
 WHAT = "RUN_DIR"  # how the user names the run folder, in error messages
@@ -87,8 +88,8 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
       step: the checkpoint's update (default: the latest, or the one ``run_dir`` names).
       num_envs: environments of the fresh env adapter (default: the run's ``--num-envs``).
       seed: evaluation's seed: envpool's fresh envs get its block of seeds below zero
-        (:func:`accerl_jax.seeds.eval_envpool_seed`, disjoint from every training run's); gymnax envs are
-        keyed at reset (:func:`accerl_jax.seeds.eval_key`).
+        (:func:`accerl_jax.envs.seeds.eval_envpool_seed`, disjoint from every training run's); gymnax envs are
+        keyed at reset (:func:`accerl_jax.envs.seeds.eval_key`).
       seed_index: for a ``--num-seeds`` run, which of its seeds (0-based).
 
     Raises:

@@ -28,7 +28,7 @@ def process_age() -> float:
 
 class StageClock:
     """Seconds per training stage (``actor``, ``learner``, ``compress``, ...) measured by a stepper, drained
-    into the :class:`~accerl_jax.driver.Step` it yields (the driver adds them to the Monitor's times).
+    into the :class:`~accerl_jax.run.driver.Step` it yields (the driver adds them to the Monitor's times).
     Thread-safe: worker threads may add to it while another thread drains it."""
 
     def __init__(self):

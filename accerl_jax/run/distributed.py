@@ -95,7 +95,7 @@ def check_address(address: str, source: str = "--coordinator-address") -> None:
 
 def join(cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[Cluster]:
     """:func:`resolve`, the plan's checks of the flags for that many processes
-    (:func:`accerl_jax.plan.check_config`) and :func:`initialize`: call it first, before anything touches a
+    (:func:`accerl_jax.run.plan.check_config`) and :func:`initialize`: call it first, before anything touches a
     JAX device (importing gymnax does). Returns the :class:`Cluster`, or None for one process.
 
     Raises:
@@ -103,7 +103,7 @@ def join(cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[Clust
     """
     cluster = resolve(cfg, environ)
     if cluster is not None:
-        from accerl_jax.plan import check_config  # touches no device
+        from accerl_jax.run.plan import check_config  # touches no device
 
         check_config(cfg, cluster.num_processes)
         initialize(cluster)

@@ -4,10 +4,10 @@ follow from it (loop, device layout, loss, network, compressor capabilities), de
 :func:`make_plan` takes the configuration and small typed facts -- the environment's
 (:class:`~accerl_jax.envs.EnvInfo`), the machine's (:class:`Machine`: processes, devices, backend) and the
 run folder's (:class:`Folder`: what ``--logdir`` holds, the ``--resume`` checkpoint's record) -- and
-returns the :class:`Plan` that setup (:mod:`accerl_jax.run`: it only builds), the
-:class:`~accerl_jax.driver.Driver` and the steppers (:mod:`accerl_jax.loops`) follow without checking
+returns the :class:`Plan` that setup (:mod:`accerl_jax.run.build`: it only builds), the
+:class:`~accerl_jax.run.driver.Driver` and the steppers (:mod:`accerl_jax.loops`) follow without checking
 again. It builds nothing heavy and writes nothing: the facts are read beforehand
-(:func:`accerl_jax.run.read_folder`, ``env.info``, :meth:`Machine.current`), and the compressor is only
+(:func:`accerl_jax.run.build.read_folder`, ``env.info``, :meth:`Machine.current`), and the compressor is only
 run abstractly (:func:`check_compressor`). :func:`check_config` is its part that needs no environment
 (the flags and the process and device counts), which multi-host processes run before they join and setup
 runs before it builds the environments. Each bad combination has one
@@ -24,16 +24,16 @@ import jax.numpy as jnp
 
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
-from accerl_jax.checkpoint import LAYOUT_FIELDS, RESUME_MAY_CHANGE, ResumePoint
+from accerl_jax.run.checkpoint import LAYOUT_FIELDS, RESUME_MAY_CHANGE, ResumePoint
 from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
-from accerl_jax.run_folder import refuse_taken
-from accerl_jax.seeds import envpool_seed
+from accerl_jax.run.folder import refuse_taken
+from accerl_jax.envs.seeds import envpool_seed
 
 if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX's backend: a multi-host
-    from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.distributed.join)
+    from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.run.distributed.join)
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
@@ -69,15 +69,15 @@ class Machine:
 
 @dataclasses.dataclass(frozen=True)
 class Folder:
-    """The run folder as found on disk before planning (:func:`accerl_jax.run.read_folder` reads it).
+    """The run folder as found on disk before planning (:func:`accerl_jax.run.build.read_folder` reads it).
 
     Attributes:
       logdir: the folder the run writes (``--logdir``, the default one, or the resumed run's own);
         None on a multi-host process other than 0, which writes into a temporary folder.
       is_file: ``logdir`` exists and is a file.
       taken: names of run files (and ``checkpoints/``) already in ``logdir``, sorted.
-      resume: the ``--resume`` checkpoint (:class:`~accerl_jax.checkpoint.ResumePoint`, its JSON record
-        read and checked for damage by :func:`~accerl_jax.checkpoint.find_checkpoint`), or None.
+      resume: the ``--resume`` checkpoint (:class:`~accerl_jax.run.checkpoint.ResumePoint`, its JSON record
+        read and checked for damage by :func:`~accerl_jax.run.checkpoint.find_checkpoint`), or None.
     """
 
     logdir: str | None = None
@@ -327,7 +327,7 @@ def check_sebulba(cfg: Config, loop: str) -> None:
 
 def config_differences(saved: dict, current: dict, saved_processes: int = 1, processes: int = 1) -> list[str]:
     """``--flag saved -> current`` for each field that matters to the computation and differs (all but
-    :data:`~accerl_jax.checkpoint.RESUME_MAY_CHANGE`); a field the saved configuration lacks (written by
+    :data:`~accerl_jax.run.checkpoint.RESUME_MAY_CHANGE`); a field the saved configuration lacks (written by
     an older version) counts as its default.
 
     ``--num-envs`` and ``--num-processes`` are compared as the global batch they make (``--num-envs`` x
@@ -362,7 +362,7 @@ def config_differences(saved: dict, current: dict, saved_processes: int = 1, pro
 
 def resume_changes(saved: dict, current: dict) -> list[str]:
     """``--flag saved -> current`` for each setting of the saved run that a resume may change and
-    ``current`` changes (the budget, :data:`~accerl_jax.checkpoint.RUN_CADENCE_FIELDS`, --return-window);
+    ``current`` changes (the budget, :data:`~accerl_jax.run.checkpoint.RUN_CADENCE_FIELDS`, --return-window);
     a field ``saved`` lacks (an older version's record) is not named."""
     names = [n for n in ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints", "on_nan", "return_window")
              if n in saved and n in current and saved[n] != current[n]]
@@ -371,7 +371,7 @@ def resume_changes(saved: dict, current: dict) -> list[str]:
 
 def check_resume(cfg: Config, point: ResumePoint, num_processes: int = 1) -> None:
     """Refuse a ``--resume`` checkpoint ``point`` written by another configuration: ``cfg`` must equal the
-    checkpoint's except for :data:`~accerl_jax.checkpoint.RESUME_MAY_CHANGE` and the split of the global
+    checkpoint's except for :data:`~accerl_jax.run.checkpoint.RESUME_MAY_CHANGE` and the split of the global
     batch over ``num_processes`` processes (:func:`config_differences`).
 
     Raises:
@@ -389,7 +389,7 @@ def check_resume(cfg: Config, point: ResumePoint, num_processes: int = 1) -> Non
 
 def check_folder(cfg: Config, folder: Folder, num_processes: int = 1) -> None:
     """The run folder's checks: a ``--resume`` checkpoint's configuration (:func:`check_resume`), else
-    a new run's ``logdir`` (:func:`accerl_jax.run_folder.refuse_taken`; none on a multi-host process other than 0).
+    a new run's ``logdir`` (:func:`accerl_jax.run.folder.refuse_taken`; none on a multi-host process other than 0).
 
     Raises:
       ConfigError: from those two.

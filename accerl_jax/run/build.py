@@ -1,7 +1,7 @@
-"""Setup of a run: build what the :class:`~accerl_jax.plan.Plan` says (environment, networks, compressor,
+"""Setup of a run: build what the :class:`~accerl_jax.run.plan.Plan` says (environment, networks, compressor,
 optimizer, learner update, actor, checkpointer, Monitor), claim the log folder, restore a ``--resume``
 checkpoint. :func:`setup` raises :class:`~accerl_jax.config.ConfigError` before anything is written; the
-:class:`Run` it returns is driven by :class:`accerl_jax.driver.Driver` through one stepper
+:class:`Run` it returns is driven by :class:`accerl_jax.run.driver.Driver` through one stepper
 (:mod:`accerl_jax.loops`).
 """
 from __future__ import annotations
@@ -17,18 +17,21 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from accerl_jax import checkpoint, compile_cache, run_folder
-from accerl_jax import plan as plan_lib
+from accerl_jax.platform import compile_cache
+from accerl_jax.run import checkpoint, folder as run_folder
+from accerl_jax.run import plan as plan_lib
 from accerl_jax import learner as learner_lib
-from accerl_jax import distributed, networks, speed, xla
+from accerl_jax import networks
+from accerl_jax.platform import speed, xla
+from accerl_jax.run import distributed
 from accerl_jax.actor import make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence
-from accerl_jax.run_folder import claim_logdir, folder_facts
-from accerl_jax.shards import env_group_ids, make_global_update
+from accerl_jax.run.folder import claim_logdir, folder_facts
+from accerl_jax.run.shards import env_group_ids, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
@@ -43,14 +46,14 @@ def default_logdir(cfg: Config) -> str:
 
 
 def read_folder(cfg: Config, process_id: int = 0) -> plan_lib.Folder:
-    """The run folder's facts for the plan (:class:`~accerl_jax.plan.Folder`): with ``--resume``, its
+    """The run folder's facts for the plan (:class:`~accerl_jax.run.plan.Folder`): with ``--resume``, its
     checkpoint's record (every process reads it; only process 0 continues the run in that folder), else
     ``--logdir`` (or a new :func:`default_logdir`) as it is on disk; a multi-host process other than 0
     writes no run folder. Reads, writes nothing.
 
     Raises:
       ConfigError: a ``--resume`` path that holds no readable finished checkpoint, is not the run's latest,
-        or is not the run of ``--logdir`` (:func:`accerl_jax.checkpoint.find_checkpoint`).
+        or is not the run of ``--logdir`` (:func:`accerl_jax.run.checkpoint.find_checkpoint`).
     """
     if cfg.resume is not None:
         point = checkpoint.find_checkpoint(cfg.resume, "--resume", latest_only=True, logdir=cfg.logdir)
@@ -65,12 +68,12 @@ def read_folder(cfg: Config, process_id: int = 0) -> plan_lib.Folder:
 def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
                          obs_dtype: str = "float32", num_processes: int = 1):
     """The :class:`~accerl_jax.compressor.auto.AutoCompressor` of ``--compressor auto``; with several
-    processes, every measurement it decides on is process 0's (:func:`accerl_jax.distributed.from_process_0`).
+    processes, every measurement it decides on is process 0's (:func:`accerl_jax.run.distributed.from_process_0`).
 
     Raises:
       ValueError: a bad ``--auto-candidates`` list.
       ConfigError: a bad candidate spec, or one that does not fit ``spec``
-        (:func:`accerl_jax.plan.make_checked_compressor`).
+        (:func:`accerl_jax.run.plan.make_checked_compressor`).
     """
     make = functools.partial(plan_lib.make_checked_compressor, spec=spec, learner_apply=learner_apply,
                              obs_dtype=obs_dtype, distill_steps=cfg.distill_steps,
@@ -89,7 +92,7 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
 def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, continuous: bool,
                         obs_dtype: str = "float32", num_processes: int = 1) -> Compressor:
     """The run's compressor (``--compressor`` and its distillation flags) for the learner network ``spec``,
-    checked as the plan checks it (:func:`accerl_jax.plan.make_checked_compressor`: a chain with a
+    checked as the plan checks it (:func:`accerl_jax.run.plan.make_checked_compressor`: a chain with a
     registered stage is first run abstractly on ``spec``).
 
     Raises:
@@ -112,7 +115,7 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
 class Run:
     """Everything a loop needs, built by :func:`setup`.
 
-    ``restored`` is the :class:`~accerl_jax.checkpoint.TrainState` of a ``--resume`` checkpoint (else None)
+    ``restored`` is the :class:`~accerl_jax.run.checkpoint.TrainState` of a ``--resume`` checkpoint (else None)
     and ``extra`` its metadata (``completed`` updates, Monitor state, ...; empty for a new run).
     ``learner_logits``/``actor_logits`` are jitted ``(params, obs [N, *obs_shape]) -> policy outputs``;
     ``divergence(learner_out, actor_out) -> {kl_learner_actor, action_agreement}`` suits the action space.
@@ -180,7 +183,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
     run's folder is claimed and appended to ``claimed``.
 
     ``before_write`` is called after every check and before the first file is written (multi-host: the
-    processes' vote, :class:`accerl_jax.distributed.SetupVote`).
+    processes' vote, :class:`accerl_jax.run.distributed.SetupVote`).
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, numeric value, log folder, --resume
@@ -191,15 +194,15 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
 
 
 def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
-    """Gather the facts :func:`accerl_jax.plan.make_plan` needs and make the plan: the machine's
-    (:meth:`~accerl_jax.plan.Machine.current`), the run folder's (:func:`read_folder`) and the
+    """Gather the facts :func:`accerl_jax.run.plan.make_plan` needs and make the plan: the machine's
+    (:meth:`~accerl_jax.run.plan.Machine.current`), the run folder's (:func:`read_folder`) and the
     environments' (``env.info``: the environments are built here, the one heavy step before the plan).
-    The plan's checks that need no environment (:func:`accerl_jax.plan.check_config`,
-    :func:`~accerl_jax.plan.check_folder`) run first, so that a bad setting is refused before the
+    The plan's checks that need no environment (:func:`accerl_jax.run.plan.check_config`,
+    :func:`~accerl_jax.run.plan.check_folder`) run first, so that a bad setting is refused before the
     environments are built. Writes nothing.
 
     Returns:
-      ``(plan, env, wall_start)``: the :class:`~accerl_jax.plan.Plan`, the built environments and the
+      ``(plan, env, wall_start)``: the :class:`~accerl_jax.run.plan.Plan`, the built environments and the
       ``time.perf_counter()`` at which building began.
 
     Raises:
@@ -225,12 +228,12 @@ def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
 
 def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
           before_write: Callable[[], None] | None = None, wall_start: float | None = None) -> Run:
-    """Build the :class:`Run` that ``plan`` (made for ``cfg`` by :func:`accerl_jax.plan.make_plan`) says,
+    """Build the :class:`Run` that ``plan`` (made for ``cfg`` by :func:`accerl_jax.run.plan.make_plan`) says,
     on the environments ``env`` it was made for; checks nothing the plan decides. A new run's folder is
     claimed (appended to ``claimed``); a ``--resume`` checkpoint is restored.
 
     ``before_write`` is called before the first file is written. With several processes
-    (``plan.num_processes > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.shards`),
+    (``plan.num_processes > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.run.shards`),
     ``--num-envs`` counts this process's environments, and processes other than 0 write into a temporary
     folder (removed by the caller); on ``--resume`` they read the checkpoint from the run's folder (which
     must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
@@ -302,7 +305,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
     actor_apply = compressor.actor_apply(learner_apply)
     actor_for = None
     if info.jittable:
-        # Every env its own group, keyed by its global index (accerl_jax.shards): the same rollouts on any
+        # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
         # number of devices and processes. A global state places all groups over the mesh; the sequential
         # loop of several processes steps this process's own groups on its first device.
         groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)

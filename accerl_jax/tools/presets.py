@@ -91,10 +91,10 @@ def _check_fields(settings: dict, where: str, nulls: dict | None = None) -> dict
 
 
 def _number(name: str, value, kind: str):
-    """``value`` (a number, or its text) read as the CLI reads flag ``name``'s (:func:`accerl_jax.cli._number`:
+    """``value`` (a number, or its text) read as the CLI reads flag ``name``'s (:func:`accerl_jax.tools.cli._number`:
     an integer field takes a whole number in any notation, 1e3 or 1000.0); ``value`` unchanged where it is
     not a number of that ``kind`` (``"int"`` or ``"float"``), for the caller to refuse."""
-    from accerl_jax import cli
+    from accerl_jax.tools import cli
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return value
@@ -283,16 +283,16 @@ def load_settings(path: str) -> dict:
 
 def resumed_settings(path: str) -> dict:
     """The settings of the run whose checkpoint ``--resume path`` names (its latest, or the one named),
-    with its cadence (:data:`~accerl_jax.checkpoint.RUN_CADENCE_FIELDS`: --log-every, --checkpoint-every,
+    with its cadence (:data:`~accerl_jax.run.checkpoint.RUN_CADENCE_FIELDS`: --log-every, --checkpoint-every,
     --keep-checkpoints, --on-nan) and without the per-invocation fields (log folder, progress, W&B,
-    multi-host addresses, compile cache; :data:`~accerl_jax.checkpoint.PER_INVOCATION_FIELDS`), which a
+    multi-host addresses, compile cache; :data:`~accerl_jax.run.checkpoint.PER_INVOCATION_FIELDS`), which a
     resumed run takes from its own flags.
 
     Raises:
       ConfigError: ``path`` is not a run folder or finished checkpoint (as ``--resume`` says), or its
         record holds fields this version does not know.
     """
-    from accerl_jax import checkpoint
+    from accerl_jax.run import checkpoint
 
     saved = saved_settings(checkpoint.find_checkpoint(path, "--resume", latest_only=True).meta["config"],
                            f"--resume {path!r}", "resume")

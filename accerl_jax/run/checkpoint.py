@@ -22,10 +22,10 @@ every process reads the run's checkpoint (the run folder must be on a file syste
 Host environments (envpool) cannot be saved: for them only the actor's PRNG key is kept, and a resumed
 run restarts those environments (episodes in progress at the checkpoint are lost; nothing else is).
 
-The API is loop-agnostic, so that any loop (the Anakin/host loop of :mod:`accerl_jax.loop`, a future
+The API is loop-agnostic, so that any loop (the Anakin/host loop of :mod:`accerl_jax.run.training`, a future
 Sebulba loop) can call it: :class:`Checkpointer` ``.save(step, state, extra)`` / ``.restore(step,
 template)``, :func:`find_checkpoint` to read ``--resume``'s record before anything is written (whether
-its configuration may be resumed is the plan's check: :func:`accerl_jax.plan.check_resume`).
+its configuration may be resumed is the plan's check: :func:`accerl_jax.run.plan.check_resume`).
 """
 from __future__ import annotations
 
@@ -42,8 +42,7 @@ import jax
 import numpy as np
 
 from accerl_jax.config import ConfigError
-from accerl_jax.run_folder import CHECKPOINT_DIR
-# The run folder's life (accerl_jax.run_folder), importable from here too for run.py, loop.py and driver.py.
+from accerl_jax.run.folder import CHECKPOINT_DIR
 FORMAT = 1
 # Fields that control how a run is run, not what it computes: they may differ when it is resumed (every
 # process of a multi-host run resumes the checkpoint process 0 wrote, with its own --process-id).

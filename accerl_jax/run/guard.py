@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from accerl_jax import xla
+from accerl_jax.platform import xla
 
 ON_NAN = ("stop", "skip")
 # In data-flow order: the env's data, the actor's behaviour log-probs, the learner's own quantities.
@@ -147,7 +147,7 @@ class UpdateGuard:
         and count it in ``skipped``.
       skipped: skipped updates so far (from a checkpoint when resuming).
       streak: consecutive skipped updates up to the last one (from a checkpoint when resuming).
-      family: network family, for the compiler options (:func:`accerl_jax.xla.options_for`).
+      family: network family, for the compiler options (:func:`accerl_jax.platform.xla.options_for`).
 
     Calling it with ``(state, batch, update_number)`` returns ``(state, metrics, bad)`` (and the
     update's outputs fourth, for an update that returns them, as :func:`guard_update`): ``bad`` names
@@ -158,7 +158,7 @@ class UpdateGuard:
     into :data:`ACTOR` when they are non-finite (:func:`refine`; read only for a bad update). The one host
     sync of a finite update is the read of the finite flags.
 
-    An ``update`` over several processes' devices (:class:`accerl_jax.shards.GlobalUpdate`: process-local
+    An ``update`` over several processes' devices (:class:`accerl_jax.run.shards.GlobalUpdate`: process-local
     inputs and outputs) is guarded through its ``traced`` form, which the jitted program runs over global
     arrays, and its ``host_wrap``, which converts from and to process-local arrays outside that program.
 

@@ -4,7 +4,7 @@ on ``--resume``.
 
 A run folder (``--logdir``) holds the Monitor's outputs (:data:`RUN_FILES` and TensorBoard's
 ``events.out.*``), the checkpoints (``<logdir>/checkpoints/<update>/``, written by
-:mod:`accerl_jax.checkpoint`) and the lock file :data:`LOCK_FILE`. Nothing else in the folder is ever
+:mod:`accerl_jax.run.checkpoint`) and the lock file :data:`LOCK_FILE`. Nothing else in the folder is ever
 touched. The lock is an exclusive ``flock`` (POSIX), which the OS drops when the process ends however it
 ends, so a killed run never blocks its own resume.
 """
@@ -27,7 +27,7 @@ def is_run_file(name: str) -> bool:
 
 
 def folder_facts(logdir: str) -> tuple[bool, tuple[str, ...]]:
-    """``(is_file, taken)`` of ``logdir`` as it is on disk now (:class:`~accerl_jax.plan.Folder` records them):
+    """``(is_file, taken)`` of ``logdir`` as it is on disk now (:class:`~accerl_jax.run.plan.Folder` records them):
     whether it is a file, and the run files (and ``checkpoints/``) already in it, sorted."""
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         return True, ()
@@ -39,7 +39,7 @@ def folder_facts(logdir: str) -> tuple[bool, tuple[str, ...]]:
 def refuse_taken(logdir: str, is_file: bool, taken: tuple[str, ...] | list[str], overwrite: bool = False) -> None:
     """The rule on a run folder's facts (:func:`folder_facts`): refuse a ``logdir`` that is a file
     (``is_file``) or already holds a run (``taken``) unless ``overwrite``, so that nothing saved is
-    overwritten. The plan applies it before anything is built (:func:`accerl_jax.plan.make_plan`).
+    overwritten. The plan applies it before anything is built (:func:`accerl_jax.run.plan.make_plan`).
 
     Raises:
       ConfigError: naming the folder and what is in the way.
