@@ -92,3 +92,14 @@ def test_the_top_level_holds_only_what_the_layers_name():
     entries = {p.stem for p in PACKAGE.iterdir() if (p.suffix == ".py" or p.is_dir()) and not p.name.startswith("__")}
     named = {n.split(".")[0] for names in LAYERS for n in names}
     assert entries == named, (sorted(entries - named), sorted(named - entries))
+
+
+def test_the_readme_layout_block_lists_the_top_level_as_ls_shows_it():
+    """README.md's layout block has one line per entry of ``ls accerl_jax`` (folders with a slash)."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("```text\naccerl_jax/"):]
+    block = block[: block.index("```", 3)]
+    listed = {line.split()[0] for line in block.splitlines() if line.startswith("  ") and line[2] != " "}
+    entries = {p.name + ("/" if p.is_dir() else "") for p in PACKAGE.iterdir()
+               if (p.suffix == ".py" or p.is_dir()) and not p.name.startswith("__")}
+    assert listed == entries, (sorted(entries - listed), sorted(listed - entries))
