@@ -59,7 +59,7 @@ def check_args(args: Args) -> None:
     Raises:
       ConfigError: naming the bad flag and value and what is accepted.
     """
-    from accerl_jax.envs.seeds import eval_envpool_seed
+    from accerl_jax.seeds import eval_envpool_seed
     from accerl_jax.tools.video import check_video_path
 
     if not 0 < args.episodes <= 10_000_000:
@@ -94,7 +94,7 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     import jax.numpy as jnp
     import numpy as np
 
-    from accerl_jax.envs.seeds import EvalUse, eval_key
+    from accerl_jax.seeds import EvalUse, eval_key
     from accerl_jax.tools.trained import make_forward
 
     env, info = trained.env, trained.info

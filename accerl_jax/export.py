@@ -73,12 +73,12 @@ def check_out(out: str) -> None:
 def held_observations(trained, seed: int):
     """``(obs, learner_out)``: ``[HELD_ENVS * HELD_STEPS, *obs_shape]`` observations visited by
     ``trained``'s learner policy on fresh envs of its env id (sampled actions), and the learner's policy
-    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``. ``seed``: evaluation's (:mod:`accerl_jax.envs.seeds`)."""
+    outputs on them ``[HELD_ENVS * HELD_STEPS, A]``. ``seed``: evaluation's (:mod:`accerl_jax.seeds`)."""
     import jax
     import numpy as np
 
     from accerl_jax.envs import make_env
-    from accerl_jax.envs.seeds import EvalUse, eval_envpool_seed, eval_key
+    from accerl_jax.seeds import EvalUse, eval_envpool_seed, eval_key
     from accerl_jax.tools.trained import make_forward
 
     env = make_env(trained.cfg.env, HELD_ENVS, eval_envpool_seed(seed, HELD_ENVS))
@@ -134,7 +134,7 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
 
     from accerl_jax import monitor, networks
     from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
-    from accerl_jax.envs.seeds import EvalUse, eval_key
+    from accerl_jax.seeds import EvalUse, eval_key
     from accerl_jax.tools.trained import make_forward
 
     info = trained.info

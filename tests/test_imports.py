@@ -13,7 +13,9 @@ PACKAGE = pathlib.Path(accerl_jax.__file__).parent
 
 # The layers, lowest first: a module may import from its own layer and those before it.
 LAYERS = [
-    ("types", "config"),
+    # seeds imports nothing (accerl_jax.envs would start JAX's backend: the plan checks seeds before a
+    # multi-host process joins its run).
+    ("types", "config", "seeds"),
     # run.folder (the run folder's files: claim, lock, trim; it imports only config) sits this low
     # because the Monitor, which writes into the folder, asks it which files are the run's.
     ("platform", "run.folder"),

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax.envs.base import EnvInfo, did_you_mean
-from accerl_jax.envs.seeds import MAX_ENV_SEED, envpool_seed  # noqa: F401 (re-exported)
+from accerl_jax.seeds import MAX_ENV_SEED, envpool_seed  # noqa: F401 (re-exported)
 from accerl_jax.types import Transition
 
 

@@ -30,7 +30,7 @@ from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.run.folder import refuse_taken
-from accerl_jax.envs.seeds import envpool_seed
+from accerl_jax.seeds import envpool_seed
 
 if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX's backend: a multi-host
     from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.run.distributed.join)

@@ -28,7 +28,7 @@ from accerl_jax.envs import make_env
 from accerl_jax.monitor import gaussian_policy_divergence, policy_divergence
 from accerl_jax.tools.presets import saved_settings
 from accerl_jax.run.build import make_run_compressor
-from accerl_jax.envs.seeds import eval_envpool_seed
+from accerl_jax.seeds import eval_envpool_seed
 from accerl_jax.types import ApplyFn
 
 WHAT = "RUN_DIR"  # how the user names the run folder, in error messages
@@ -88,8 +88,8 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
       step: the checkpoint's update (default: the latest, or the one ``run_dir`` names).
       num_envs: environments of the fresh env adapter (default: the run's ``--num-envs``).
       seed: evaluation's seed: envpool's fresh envs get its block of seeds below zero
-        (:func:`accerl_jax.envs.seeds.eval_envpool_seed`, disjoint from every training run's); gymnax envs are
-        keyed at reset (:func:`accerl_jax.envs.seeds.eval_key`).
+        (:func:`accerl_jax.seeds.eval_envpool_seed`, disjoint from every training run's); gymnax envs are
+        keyed at reset (:func:`accerl_jax.seeds.eval_key`).
       seed_index: for a ``--num-seeds`` run, which of its seeds (0-based).
 
     Raises:
