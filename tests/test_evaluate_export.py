@@ -416,8 +416,7 @@ def test_evaluation_seeds_and_keys_are_disjoint_from_trainings(real_run, monkeyp
     """evaluate (its --video is one of its episodes) and export's held observations use evaluation's own env seeds (envpool: below
     zero, where no training run's env is) and keys (gymnax: fold_in(PRNGKey(seed), EVAL_STREAM)), none of
     a training run's of any seed 0..N: an evaluation with --seed 1 replays no training episode's start."""
-    from accerl_jax import envs
-    from accerl_jax.envs import seeds
+    from accerl_jax import envs, seeds
 
     seen = {"seeds": [], "keys": []}
     real = envs.make_env
