@@ -114,7 +114,7 @@ class Stepper(Protocol):
     """A loop: produces updates, nothing else (module docstring)."""
 
     def steps(self, driver: "Driver") -> Iterator[Step]:
-        """Run updates from ``run.start_update`` to ``run.num_updates``; before each new update (or chunk)
+        """Run updates from ``run.start_update`` to ``run.plan.num_updates``; before each new update (or chunk)
         call ``driver.keep_going(completed)`` and end when it is False."""
 
     def row(self, update: int) -> list:
@@ -150,16 +150,16 @@ def seed_monitors(run: Run) -> list[Monitor]:
     <accerl_jax.monitor.Monitor.seeds>`)."""
     cfg = run.cfg
     if cfg.num_seeds == 1:
-        return [run.monitor]
+        return [run.outputs.monitor]
     monitors = []
     for k in range(cfg.num_seeds):
         state = run.extra["seed_monitors"][k] if run.extra else None
-        m = Monitor(os.path.join(run.logdir, f"seed{k}"), run.num_updates * run.steps_per_update, cfg.return_window,
-                    progress=False, append=run.resume_point is not None, purge_step=tensorboard_purge_step(state))
+        m = Monitor(os.path.join(run.outputs.logdir, f"seed{k}"), run.plan.num_updates * run.plan.steps_per_update, cfg.return_window,
+                    progress=False, append=run.plan.resume is not None, purge_step=tensorboard_purge_step(state))
         if state is not None:
             m.load_state_dict(state)
         monitors.append(m)
-    run.monitor.seeds = monitors
+    run.outputs.monitor.seeds = monitors
     return monitors
 
 
@@ -169,13 +169,12 @@ class Driver:
     Args:
       run: the built run (:func:`accerl_jax.run.setup`).
       stop: the signal handler of this training call.
-      claimed: the new run's folder while it holds no finished update (emptied at the first one).
       entered_s: :func:`accerl_jax.clock.process_age` when the training call began (None: now), so that
         the summary splits the start-up into what ran before it (interpreter, imports, parsing) and after.
     """
 
-    def __init__(self, run: Run, stop: StopSignals, claimed: list[str], entered_s: float | None = None):
-        self.run, self.stop, self.claimed = run, stop, claimed
+    def __init__(self, run: Run, stop: StopSignals, entered_s: float | None = None):
+        self.run, self.stop = run, stop
         self.entered_s = clock.process_age() if entered_s is None else entered_s
         self.startup_s: Optional[float] = None  # process age when this session's first update finished
         self.cache_before = compile_cache.counts()
@@ -194,7 +193,7 @@ class Driver:
         signals are armed here); returns False when one has."""
         if completed > self.run.start_update:
             self.stop.armed = True
-        if self.run.num_processes > 1:
+        if self.run.plan.num_processes > 1:
             self._agree_on_stop()
         return self.stop.requested is None
 
@@ -210,7 +209,7 @@ class Driver:
 
     def row_due(self, update: int) -> bool:
         """Whether update ``update`` gets a Monitor row (every ``--log-every``-th and the last)."""
-        return update % self.run.cfg.log_every == 0 or update == self.run.num_updates
+        return update % self.run.cfg.log_every == 0 or update == self.run.plan.num_updates
 
     # -- the life ----------------------------------------------------------------------------------------
     def drive(self, stepper: Stepper) -> Result:
@@ -245,7 +244,7 @@ class Driver:
     def _record(self, events: Events) -> None:
         """Write what happened besides the updates: stage seconds, auto decisions and logged refreshes
         (at the env steps counted so far)."""
-        monitor = self.run.monitor
+        monitor = self.run.outputs.monitor
         for stage, seconds in events.stage_s.items():
             monitor.add_time(stage, seconds)
         for decision in events.decisions:
@@ -261,13 +260,12 @@ class Driver:
         self._record(step.events)
         for k, m in enumerate(self.monitors):
             e = step.episodes[k]
-            steps = step.updates * run.steps_per_update
+            steps = step.updates * run.plan.steps_per_update
             m.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
         if len(self.monitors) > 1:  # one seed's steps (the shared x axis), every seed's episodes
-            run.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
+            run.outputs.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
         self.metrics = step.metrics
         self.completed = step.update
-        self.claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
         if step.bad is not None:  # the diverged state is never saved: the last good checkpoint stays
             b = step.bad
             where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
@@ -291,7 +289,7 @@ class Driver:
         extra = self.stepper.row(update)
         env_s = self.stepper.env_seconds(update)
         if env_s is not None:  # a fused actor's calibrated env share of its time
-            run.monitor.set_env_time(min(env_s, run.monitor.times["actor"]))
+            run.outputs.monitor.set_env_time(min(env_s, run.outputs.monitor.times["actor"]))
         rows = []
         for k, m in enumerate(self.monitors):
             if refresh:
@@ -300,7 +298,7 @@ class Driver:
             m.log(update, row)
             rows.append(row)
         if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
-            run.monitor.log(update, rows[0])
+            run.outputs.monitor.log(update, rows[0])
         self.metrics, self.logged = rows, update
 
     def save(self, step: int) -> None:
@@ -308,10 +306,10 @@ class Driver:
         run, stop = self.run, self.stop
         deferring, stop.deferring = stop.deferring, True
         try:
-            run.saver.save(step, self.snapshot, {
-                "completed": step, "monitor": run.monitor.state_dict(),
+            run.outputs.saver.save(step, self.snapshot, {
+                "completed": step, "monitor": run.outputs.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
-                "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.num_processes,
+                "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.plan.num_processes,
                 **self.stepper.extra(),
             })
         finally:
@@ -321,14 +319,14 @@ class Driver:
         for m in self.monitors:
             m.close()
         if len(self.monitors) > 1:
-            self.run.monitor.close()
-        self.run.saver.close()
+            self.run.outputs.monitor.close()
+        self.run.outputs.saver.close()
 
     def _fail(self) -> None:
         """A stepper raised: save its last completed update (if any ran), close everything."""
         run = self.run
         try:
-            if self.completed > run.start_update and run.saver.last_step != self.completed:
+            if self.completed > run.start_update and run.outputs.saver.last_step != self.completed:
                 self.save(self.completed)
         finally:
             self._release()
@@ -338,12 +336,12 @@ class Driver:
         frees its folder for a rerun."""
         run = self.run
         self._close_outputs()
-        run.lock.release()
+        run.outputs.lock.release()
         if self.completed == run.start_update == 0:
-            run_folder.remove_run(run.logdir)
+            run_folder.remove_run(run.outputs.logdir)
             for m in self.monitors if len(self.monitors) > 1 else []:
                 m.discard()
-            run.monitor.discard()
+            run.outputs.monitor.discard()
 
     def _startup(self) -> dict:
         """This session's start-up: process start to its first update (Anakin: its first chunk), and the
@@ -359,12 +357,12 @@ class Driver:
         run, stepper = self.run, self.stepper
         final = stepper.final()
         try:
-            if self.stopped != "diverged" and run.saver.last_step != self.completed:
+            if self.stopped != "diverged" and run.outputs.saver.last_step != self.completed:
                 self.save(self.completed)
             if self.logged != self.completed:  # an interrupted run's last updates get their row too
                 self._log(self.completed, None)
             f0 = final[0]
-            measure = self.stopped is None and run.writer and f0.obs is not None
+            measure = self.stopped is None and run.plan.process_id == 0 and f0.obs is not None
             report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
             start = time.perf_counter()
             report["cost_split"] = (stepper.cost_split() if measure else {}) or None
@@ -383,7 +381,7 @@ class Driver:
     def _summary(self, final: list, report: dict) -> dict:
         """Write the summary (each seed's too) and return the run's."""
         run, stepper = self.run, self.stepper
-        fields = stepper.fields(dict(run.monitor.times))
+        fields = stepper.fields(dict(run.outputs.monitor.times))
         skipped = stepper.extra().get("skipped_updates", 0)
         skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
         if self.stopped is None and self.completed > 0 and 2 * max(skipped) > self.completed:
@@ -398,8 +396,8 @@ class Driver:
         if len(self.monitors) == 1:
             return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
                              skipped_updates=skipped[0], **common)
-        last_checkpoint = (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(run.saver.last_step))
-                           if run.saver.last_step is not None else None)
+        last_checkpoint = (os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(run.outputs.saver.last_step))
+                           if run.outputs.saver.last_step is not None else None)
         per_seed = []
         seeds = len(self.monitors)
         seed_scope = (f"per seed: this seed's env steps / the whole run's wall_time_s ({seeds} seeds ran together; "
@@ -409,11 +407,11 @@ class Driver:
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
                                       last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
-        steps = run.monitor.env_steps * seeds
+        steps = run.outputs.monitor.env_steps * seeds
         wall = time.perf_counter() - run.wall_start
         return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.monitor.env_steps,
-                         steps_per_s=steps / wall, steps_per_s_per_seed=run.monitor.env_steps / wall,
+                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.outputs.monitor.env_steps,
+                         steps_per_s=steps / wall, steps_per_s_per_seed=run.outputs.monitor.env_steps / wall,
                          steps_per_s_scope=f"all {seeds} seeds' env steps / wall_time_s ({WHOLE_RUN}); "
                                            "steps_per_s_per_seed: one seed's",
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
@@ -426,7 +424,7 @@ def measure_speed(run: Run, state, actor_params, obs) -> dict:
     ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.SPEED_FORWARDS` steps are used); with
     ``--compressor none`` only the learner's policy is timed (the actor runs it: speedup 1)."""
     return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
-                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family,
+                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.plan.spec.family,
                                 identical=run.cfg.compressor == "none")
 
 
@@ -449,12 +447,12 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
               seed: int | None = None, **fields) -> dict:
     """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock; with
     ``seed`` (an index of ``--num-seeds``), that seed's summary instead, from its own Monitor
-    (``run.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
+    (``run.outputs.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
 
     ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
     Returns the summary dict (see README, "Outputs").
     """
-    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.monitor, run.saver, run.logdir
+    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.outputs.monitor, run.outputs.saver, run.outputs.logdir
     if seed is not None:
         cfg, monitor = dataclasses.replace(cfg, seed=cfg.seed + seed), monitor.seeds[seed]
         logdir = monitor.logdir
@@ -465,9 +463,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "env": cfg.env,
         "compressor": cfg.compressor,
         "corrector": cfg.corrector,
-        "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
-        "epochs": run.loss_cfg.epochs,
-        "minibatches": run.loss_cfg.minibatches,
+        "loss": run.plan.loss.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
+        "epochs": run.plan.loss.epochs,
+        "minibatches": run.plan.loss.minibatches,
         "policy_lag": cfg.policy_lag,
         "seed": cfg.seed,
         "num_envs": info.num_envs,
@@ -477,8 +475,8 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         "stop_reason": stop_reason,
         "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
         "skipped_updates": skipped_updates,
-        "resumed_from_update": run.resume_point.step if run.resume_point is not None else None,
-        "last_checkpoint": (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+        "resumed_from_update": run.plan.resume.step if run.plan.resume is not None else None,
+        "last_checkpoint": (os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
                             if saver.last_step is not None else None),
         "checkpoint_time_s": saver.seconds,
         "total_env_steps": monitor.env_steps,
@@ -505,7 +503,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
         # The actor's fidelity over the logged rows (KL, agreement, lag: mean and worst), not only at the end.
         **summary_lib.fidelity(monitor.rows),
-        "learner_network": dataclasses.asdict(run.spec),
+        "learner_network": dataclasses.asdict(run.plan.spec),
         "learner_params": networks.param_count(state.params),
         "actor_params": networks.param_count(actor_params),
         "actor_param_bytes": networks.param_bytes(actor_params),
@@ -516,11 +514,11 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         **{k: float(final[k]) if k in final else None
            for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac", "rho_clipped_mass",
                      "learning_rate")},
-        "devices": run.n_dev,
-        "num_processes": run.num_processes,
-        "process_id": run.process_id,
+        "devices": run.plan.local_devices,
+        "num_processes": run.plan.num_processes,
+        "process_id": run.plan.process_id,
         "learner_devices": int(run.mesh.devices.size),
-        "learner_batch": info.num_envs * run.num_processes,
+        "learner_batch": info.num_envs * run.plan.num_processes,
         "learner_params_digest": params_digest(state.params),
         "actor_params_digest": params_digest(actor_params),
         "backend": jax.default_backend(),
@@ -529,9 +527,9 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         **speed_report,
         **fields,
     }
-    if run.writer:  # multi-host: only process 0's outputs are kept
+    if run.plan.process_id == 0:  # multi-host: only process 0's outputs are kept
         monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
     monitor.write_summary(summary)
     if seed is None:
-        run.lock.release()
+        run.outputs.lock.release()
     return summary

@@ -284,12 +284,12 @@ def test_settings_from_environment_variables():
 
 
 def _main_job(logdir: str, **overrides) -> tuple[dict, dict]:
-    """The main job with the tiny :data:`MAIN` budget: its summary and ``trained`` (the final parameters)."""
+    """The main job with the tiny :data:`MAIN` budget: its summary and its result (the final parameters)."""
     from accerl_jax.config import Config
-    from accerl_jax.loop import train
+    from accerl_jax.loop import train_result
 
-    trained: dict = {}
-    return train(Config(logdir=logdir, **dict(MAIN, **overrides)), trained=trained), trained
+    result = train_result(Config(logdir=logdir, **dict(MAIN, **overrides)))
+    return result.summary, result
 
 
 def _leaves(tree) -> list:
@@ -308,7 +308,7 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
     from accerl_jax.loops import anakin_program, anakin_state
     from accerl_jax.run import setup
 
-    run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN), [])
+    run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN))
     try:
         chunk = anakin_program.make_chunk(run)
         states = [anakin_state.initial_state(run, MAIN_SEED + k) for k in range(num_seeds)]
@@ -322,7 +322,7 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
         return {"carry_specs": specs(state.carry), "learner_specs": specs(state.learner),
                 "compiled": chunk.jitted._cache_size(), "update": int(state.update.reshape(-1)[0])}
     finally:
-        run.monitor.close(), run.saver.close(), run.lock.release()
+        run.outputs.monitor.close(), run.outputs.saver.close(), run.outputs.lock.release()
 
 
 def _main_job_devices(folder: str, num_seeds: int) -> None:
@@ -333,7 +333,7 @@ def _main_job_devices(folder: str, num_seeds: int) -> None:
     summary, trained = _main_job(os.path.join(folder, "run"))
     print("RESULT " + json.dumps({
         "devices": jax.local_device_count(), "summary": {k: summary[k] for k in SUMMARY_KEYS},
-        "params": _leaves(trained["learner_params"]),
+        "params": _leaves(trained.learner_params),
         "layout": _anakin_layout(os.path.join(folder, "layout"), num_seeds)}))
 
 
@@ -342,7 +342,7 @@ def main_job_one_device(tmp_path_factory):
     """The main job on this process's one device: the reference for the same global batch."""
     logdir = str(tmp_path_factory.mktemp("one") / "run")
     summary, trained = _main_job(logdir)
-    return logdir, summary, _leaves(trained["learner_params"])
+    return logdir, summary, _leaves(trained.learner_params)
 
 
 @pytest.mark.parametrize("n, num_seeds", [(2, 2), (4, 1)])
@@ -477,7 +477,7 @@ def _resume_main_job(folder: str) -> None:
 
     summary, trained = _main_job(None, resume=folder, total_steps=8 * 8 * RESUMED_UPDATES)
     print("RESULT " + json.dumps({"devices": jax.local_device_count(), "summary": summary,
-                                  "params": _leaves(trained["learner_params"])}))
+                                  "params": _leaves(trained.learner_params)}))
 
 
 def test_checkpoint_resumes_on_other_device_and_process_counts(tmp_path, main_job_one_device, two_process_run):
@@ -500,7 +500,7 @@ def test_checkpoint_resumes_on_other_device_and_process_counts(tmp_path, main_jo
         assert s["resumed_from_update"] == 6 and s["updates"] == RESUMED_UPDATES and s["stopped"] is None
         assert s["learner_batch"] == 8 and s["total_env_steps"] == 8 * 8 * RESUMED_UPDATES
     assert one["episodes"] == two["episodes"] and one["final_return_mean"] == two["final_return_mean"]
-    for a, b in zip(_leaves(trained["learner_params"]), got["params"], strict=True):
+    for a, b in zip(_leaves(trained.learner_params), got["params"], strict=True):
         np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
 
 
