@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import jaxpr_as_fun
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -181,11 +182,6 @@ def make_chunk(run: Run, clipping: Callable | None = None, compressor: Compresso
     length = chunk_length(run)
 
     def chunk(state: AnakinState, active):
-        # The idle branch returns zeros shaped like the update's outputs. Tracing the update is most of
-        # building the program (part of every run's start-up), so its output shapes are recorded
-        # while the cond traces it (JAX traces the true branch first) instead of tracing it a second time.
-        shapes = []
-
         def update(carry, i):
             s, clip = carry
             if clipping is None:
@@ -194,18 +190,24 @@ def make_chunk(run: Run, clipping: Callable | None = None, compressor: Compresso
                 new, out, rollout = step(s, None)
                 clip = jax.lax.cond(i == active - 1, lambda: jnp.stack(clipping(s.learner.params, rollout)),
                                     lambda: clip)
-            shapes[:] = [jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)]
             return (new, clip), out
 
+        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
+        # Tracing the update is most of building the program (part of every run's start-up), so it is
+        # traced once: its jaxpr is the cond's update branch (the same program as tracing it there), and
+        # its output shapes give the idle branch's zeros.
+        traced, shapes = jax.make_jaxpr(update, return_shape=True)((state, clip), jnp.int32(0))
+        out_tree = jax.tree.structure(shapes)
+
+        def traced_update(carry, i):
+            return jax.tree.unflatten(out_tree, jaxpr_as_fun(traced)(*jax.tree.leaves((carry, i))))
+
         def idle(carry, i):
-            if not shapes:  # the update branch was not traced first: trace it alone for its shapes
-                jax.eval_shape(update, carry, i)
-            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes[0])
+            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes[1])
 
         def body(carry, i):
-            return jax.lax.cond(i < active, update, idle, carry, i)
+            return jax.lax.cond(i < active, traced_update, idle, carry, i)
 
-        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
         (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
         held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
         learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
