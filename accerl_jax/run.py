@@ -115,8 +115,8 @@ class Outputs:
 
     ``claimed`` is True for a new run's folder claimed by this session
     (:func:`accerl_jax.run_folder.claim_logdir`): it is freed again if the run stops before its first
-    update finished (:func:`accerl_jax.run_folder.free_claim`); a resumed run's folder is never claimed, its checkpoints are
-    never removed.
+    update finished (:func:`accerl_jax.run_folder.free_claim`); a resumed run's folder is never claimed,
+    its checkpoints are never removed.
     """
 
     logdir: str
