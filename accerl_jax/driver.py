@@ -35,6 +35,7 @@ from accerl_jax import checkpoint, clock, compile_cache, networks, run_folder, s
 from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
+from accerl_jax.monitor.summary import Summary
 from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
 from accerl_jax.shards import params_digest
 from accerl_jax.signals import Interrupted, StopSignals, signal_name
@@ -104,7 +105,7 @@ class Final(NamedTuple):
 class Result(NamedTuple):
     """What a run returns: its summary and the final state of its first seed."""
 
-    summary: dict  # the run's summary (also written to <logdir>/summary.json; README, "Outputs")
+    summary: dict  # the run's summary: Summary.to_json() (accerl_jax.monitor.summary), also <logdir>/summary.json
     learner_params: Any  # the learner's final parameters
     actor_params: Any  # the freshest compressed parameters
     obs: Optional[np.ndarray]  # [T * B, *obs_shape] the last rollout's observations; None: no rollout ran
@@ -131,8 +132,9 @@ class Stepper(Protocol):
         """Per seed: the :class:`Final` state."""
 
     def fields(self, times: dict) -> dict:
-        """Loop-specific summary fields (``loop``, per-stage times, ...); ``times`` are the run's stage
-        seconds so far (stage -> seconds, every session's)."""
+        """Loop-specific summary fields (``loop``, per-stage times, ...: the summary's ``loop_fields``,
+        :class:`~accerl_jax.monitor.summary.Summary`); ``times`` are the run's stage seconds so far
+        (stage -> seconds, every session's)."""
 
     def cost_split(self) -> dict:
         """The per-update cost split of the loop's pieces, measured after training
@@ -379,7 +381,8 @@ class Driver:
         return Result(summary, f0.learner.params, f0.actor_params, obs)
 
     def _summary(self, final: list, report: dict) -> dict:
-        """Write the summary (each seed's too) and return the run's."""
+        """Write the summary (each seed's too) and return the run's (:meth:`Summary.to_json
+        <accerl_jax.monitor.summary.Summary.to_json>`)."""
         run, stepper = self.run, self.stepper
         fields = stepper.fields(dict(run.outputs.monitor.times))
         skipped = stepper.extra().get("skipped_updates", 0)
@@ -392,10 +395,11 @@ class Driver:
             self.stop_reason = (f"{skipped[k]} of {self.completed} updates{where} skipped for non-finite quantities "
                                 "(--on-nan skip): most of the run did not train")
         common = dict(completed=self.completed, stopped=self.stopped, stop_reason=self.stop_reason,
-                      exit_signal=self.stop.requested, speed_report=report, **self._startup(), **fields)
+                      exit_signal=self.stop.requested, speed_report=report, startup=self._startup(),
+                      loop_fields=fields)
         if len(self.monitors) == 1:
             return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                             skipped_updates=skipped[0], **common)
+                             skipped_updates=skipped[0], **common).to_json()
         last_checkpoint = (os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(run.outputs.saver.last_step))
                            if run.outputs.saver.last_step is not None else None)
         per_seed = []
@@ -405,18 +409,20 @@ class Driver:
         for k, m in enumerate(self.monitors):
             per_seed.append(summarize(run, seed=k, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
-                                      last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
+                                      last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope,
+                                      **common).to_json())
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
-        steps = run.outputs.monitor.env_steps * seeds
+        monitor = run.outputs.monitor
+        steps = monitor.env_steps * seeds
         wall = time.perf_counter() - run.wall_start
         return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.outputs.monitor.env_steps,
-                         steps_per_s=steps / wall, steps_per_s_per_seed=run.outputs.monitor.env_steps / wall,
+                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=monitor.env_steps,
+                         steps_per_s=steps / wall, steps_per_s_per_seed=monitor.env_steps / wall,
                          steps_per_s_scope=f"all {seeds} seeds' env steps / wall_time_s ({WHOLE_RUN}); "
                                            "steps_per_s_per_seed: one seed's",
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
-                                for p in per_seed], **common)
+                                for p in per_seed], **common).to_json()
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
@@ -444,13 +450,16 @@ WHOLE_RUN = "the whole run: setup, compilation, training and the final measureme
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
               stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
-              seed: int | None = None, **fields) -> dict:
-    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock; with
-    ``seed`` (an index of ``--num-seeds``), that seed's summary instead, from its own Monitor
-    (``run.outputs.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
+              startup: dict, loop_fields: dict, seed: int | None = None, **given) -> Summary:
+    """Build the run's :class:`~accerl_jax.monitor.summary.Summary`, draw its curves, write
+    ``summary.json`` and release the run's lock; with ``seed`` (an index of ``--num-seeds``), that seed's
+    summary instead, from its own Monitor (``run.outputs.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``),
+    releasing nothing.
 
-    ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
-    Returns the summary dict (see README, "Outputs").
+    ``speed_report`` (:func:`measure_speed` or :func:`unmeasured_speed`, with ``cost_split``) and
+    ``startup`` (:meth:`Driver._startup`) are Summary fields; ``loop_fields`` the loop's own
+    (:meth:`Stepper.fields`); ``given`` are Summary fields that the caller measured itself (the run's
+    summary of several seeds: its steps, rates and per-seed fields; a seed's: the run's last checkpoint).
     """
     cfg, info, monitor, saver, logdir = run.cfg, run.info, run.outputs.monitor, run.outputs.saver, run.outputs.logdir
     if seed is not None:
@@ -459,77 +468,76 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     times = monitor.times
     wall = time.perf_counter() - run.wall_start
     final = jax.device_get(metrics)
-    summary = {
-        "env": cfg.env,
-        "compressor": cfg.compressor,
-        "corrector": cfg.corrector,
-        "loss": run.plan.loss.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
-        "epochs": run.plan.loss.epochs,
-        "minibatches": run.plan.loss.minibatches,
-        "policy_lag": cfg.policy_lag,
-        "seed": cfg.seed,
-        "num_envs": info.num_envs,
-        "rollout_length": cfg.rollout_length,
-        "updates": completed,
-        "stopped": stopped,
-        "stop_reason": stop_reason,
-        "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
-        "skipped_updates": skipped_updates,
-        "resumed_from_update": run.plan.resume.step if run.plan.resume is not None else None,
-        "last_checkpoint": (os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
-                            if saver.last_step is not None else None),
-        "checkpoint_time_s": saver.seconds,
-        "total_env_steps": monitor.env_steps,
-        "wall_time_s": wall,
-        "actor_time_s": times["actor"],
-        "env_time_s": times["env"],
-        "env_time_source": "calibrated: env-only rollouts with random actions" if info.jittable else "measured",
-        "inference_time_s": times["inference"],
-        "learner_time_s": times["learner"],
-        "compress_time_s": times["compress"],
-        "distill_time_s": times["distill"],
-        "final_return_mean": monitor.return_mean if monitor.has_returns else None,
-        "final_length_mean": monitor.length_mean if monitor.has_returns else None,
-        "return_window": cfg.return_window,
-        "returns_averaged": min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
-        "episodes": monitor.episodes,
-        "episodes_nonfinite": monitor.nonfinite_episodes,  # finished with a NaN/inf return, not averaged
-        "steps_per_s": monitor.env_steps / wall,
-        # Added beside steps_per_s (kept as it was): what it counts, and one seed's rate (with --num-seeds the
-        # run's own summary counts all seeds' steps in steps_per_s).
-        "steps_per_s_per_seed": monitor.env_steps / wall,
-        "steps_per_s_scope": f"env steps / wall_time_s ({WHOLE_RUN})",
-        # Between this session's first and last logged row: compilation and start-up left out.
+    last = lambda k: float(final[k]) if k in final else None  # noqa: E731  the last update's metric, if reported
+    fields = dict(
+        env=cfg.env,
+        compressor=cfg.compressor,
+        corrector=cfg.corrector,
+        loss=run.plan.loss.loss,
+        epochs=run.plan.loss.epochs,
+        minibatches=run.plan.loss.minibatches,
+        policy_lag=cfg.policy_lag,
+        seed=cfg.seed,
+        num_envs=info.num_envs,
+        rollout_length=cfg.rollout_length,
+        updates=completed,
+        stopped=stopped,
+        stop_reason=stop_reason,
+        exit_signal=signal_name(exit_signal) if stopped == "interrupted" else None,
+        skipped_updates=skipped_updates,
+        resumed_from_update=run.plan.resume.step if run.plan.resume is not None else None,
+        last_checkpoint=(os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                         if saver.last_step is not None else None),
+        checkpoint_time_s=saver.seconds,
+        total_env_steps=monitor.env_steps,
+        wall_time_s=wall,
+        actor_time_s=times["actor"],
+        env_time_s=times["env"],
+        env_time_source="calibrated: env-only rollouts with random actions" if info.jittable else "measured",
+        inference_time_s=times["inference"],
+        learner_time_s=times["learner"],
+        compress_time_s=times["compress"],
+        distill_time_s=times["distill"],
+        final_return_mean=monitor.return_mean if monitor.has_returns else None,
+        final_length_mean=monitor.length_mean if monitor.has_returns else None,
+        return_window=cfg.return_window,
+        returns_averaged=min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
+        episodes=monitor.episodes,
+        episodes_nonfinite=monitor.nonfinite_episodes,
+        steps_per_s=monitor.env_steps / wall,
+        steps_per_s_per_seed=monitor.env_steps / wall,
+        steps_per_s_scope=f"env steps / wall_time_s ({WHOLE_RUN})",
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
-        # The actor's fidelity over the logged rows (KL, agreement, lag: mean and worst), not only at the end.
         **summary_lib.fidelity(monitor.rows),
-        "learner_network": dataclasses.asdict(run.plan.spec),
-        "learner_params": networks.param_count(state.params),
-        "actor_params": networks.param_count(actor_params),
-        "actor_param_bytes": networks.param_bytes(actor_params),
-        "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
-        "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
-        # The last update's importance ratios π/μ: mean |log ρ|, fractions with ρ > ρ̄, ρ > c̄ and
-        # ρ > ρ̄ · CLIP_MARGIN, the share of Σρ that clipping at ρ̄ removes.
-        **{k: float(final[k]) if k in final else None
-           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac", "rho_clipped_mass",
-                     "learning_rate")},
-        "devices": run.plan.local_devices,
-        "num_processes": run.plan.num_processes,
-        "process_id": run.plan.process_id,
-        "learner_devices": int(run.mesh.devices.size),
-        "learner_batch": info.num_envs * run.plan.num_processes,
-        "learner_params_digest": params_digest(state.params),
-        "actor_params_digest": params_digest(actor_params),
-        "backend": jax.default_backend(),
-        "logdir": logdir,
-        "config": dataclasses.asdict(cfg),
+        learner_network=dataclasses.asdict(run.plan.spec),
+        learner_params=networks.param_count(state.params),
+        actor_params=networks.param_count(actor_params),
+        actor_param_bytes=networks.param_bytes(actor_params),
+        kl_learner_actor=last("kl_learner_actor"),
+        action_agreement=last("action_agreement"),
+        abs_log_rho_mean=last("abs_log_rho_mean"),
+        rho_clipped_frac=last("rho_clipped_frac"),
+        c_clipped_frac=last("c_clipped_frac"),
+        rho_beyond_frac=last("rho_beyond_frac"),
+        rho_clipped_mass=last("rho_clipped_mass"),
+        learning_rate=last("learning_rate"),
+        devices=run.plan.local_devices,
+        num_processes=run.plan.num_processes,
+        process_id=run.plan.process_id,
+        learner_devices=int(run.mesh.devices.size),
+        learner_batch=info.num_envs * run.plan.num_processes,
+        learner_params_digest=params_digest(state.params),
+        actor_params_digest=params_digest(actor_params),
+        backend=jax.default_backend(),
+        logdir=logdir,
+        config=dataclasses.asdict(cfg),
         **speed_report,
-        **fields,
-    }
+        **startup,
+    )
+    summary = Summary(**dict(fields, **given), loop_fields=loop_fields)
     if run.plan.process_id == 0:  # multi-host: only process 0's outputs are kept
         monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
-    monitor.write_summary(summary)
+    monitor.write_summary(summary.to_json())
     if seed is None:
         run.outputs.lock.release()
     return summary
