@@ -156,8 +156,8 @@ def seed_monitors(run: Run) -> list[Monitor]:
     monitors = []
     for k in range(cfg.num_seeds):
         state = run.extra["seed_monitors"][k] if run.extra else None
-        m = Monitor(os.path.join(run.outputs.logdir, f"seed{k}"), run.plan.num_updates * run.plan.steps_per_update, cfg.return_window,
-                    progress=False, append=run.plan.resume is not None, purge_step=tensorboard_purge_step(state))
+        m = Monitor(os.path.join(run.outputs.logdir, f"seed{k}"), run.plan.num_updates * run.plan.steps_per_update,
+                    cfg.return_window, progress=False, append=run.plan.resume is not None, purge_step=tensorboard_purge_step(state))
         if state is not None:
             m.load_state_dict(state)
         monitors.append(m)

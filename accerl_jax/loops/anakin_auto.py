@@ -48,7 +48,8 @@ class AutoChunks:
     def program(self, i: int) -> Callable:
         """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
         if i not in self.programs:
-            self.programs[i] = make_chunk(self.run, clipping=self.auto.clip_fractions, compressor=self.auto.candidate(i))
+            self.programs[i] = make_chunk(self.run, clipping=self.auto.clip_fractions,
+                                          compressor=self.auto.candidate(i))
         return self.programs[i]
 
     def __call__(self, s: AnakinState, active: int):

@@ -150,7 +150,8 @@ class Summary:
     # decisions, ...), added last (a loop may restate env_time_source).
     loop_fields: dict = dataclasses.field(default_factory=dict)
 
-    OPTIONAL: ClassVar[tuple] = ("base_config", "actor_config", "env_steps_per_seed", "final_return_mean_per_seed", "seeds")
+    OPTIONAL: ClassVar[tuple] = ("base_config", "actor_config", "env_steps_per_seed", "final_return_mean_per_seed",
+                                 "seeds")
 
     def to_json(self) -> dict:
         """The summary as written to ``summary.json`` (a fresh dict; JSON types)."""
