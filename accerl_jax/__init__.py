@@ -60,6 +60,7 @@ _EXPORTS = {
     "Config": "accerl_jax.config",
     "ConfigError": "accerl_jax.config",
     "run_training": "accerl_jax.run.training",
+    "run_training_result": "accerl_jax.run.training",
 }
 __all__ = sorted(_EXPORTS)
 

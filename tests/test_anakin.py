@@ -99,10 +99,10 @@ def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
 
     kw = dict(compressor="distill:tiny", distill_steps=2, total_steps=4 * 8 * 2)
     for flags, reuse in ((kw, True), (dict(kw, distill_reuse_teacher=False), False), ({}, False)):
-        run = run_lib.setup(tiny(tmp_path / f"setup{len(flags)}", **flags), [])
-        run.lock.release()
-        run.saver.close()
-        run.monitor.close()
+        run = run_lib.setup(tiny(tmp_path / f"setup{len(flags)}", **flags))
+        run.outputs.lock.release()
+        run.outputs.saver.close()
+        run.outputs.monitor.close()
         assert (run.teacher_update is not None) == reuse, flags
     fused = run_training(tiny(tmp_path / "fused", loop="anakin", **kw))
     staged = run_training(tiny(tmp_path / "seq", loop="sequential", **kw))
@@ -158,15 +158,15 @@ def test_the_default_jobs_pieces_have_positive_flops(tmp_path):
     from accerl_jax.loops import pieces
 
     run = run_lib.setup(Config(compressor="distill:small", logdir=str(tmp_path / "run"), progress=False,
-                               total_steps=16 * 16 * 2), [])
+                               total_steps=16 * 16 * 2))
     try:  # only shapes count: the actor's and compressor's states as shapes (nothing compiled)
         carry = jax.eval_shape(run.actor.reset, run.k_actor)
         actor_params, comp_state = jax.eval_shape(run.compressor.init, run.params, run.k_comp, carry.obs)
         split = pieces.cost_split(run, run.state, actor_params, comp_state, carry, timed=False)
     finally:
-        run.lock.release()
-        run.saver.close()
-        run.monitor.close()
+        run.outputs.lock.release()
+        run.outputs.saver.close()
+        run.outputs.monitor.close()
     flops = split["flops"]
     assert run.cfg.compressor == "distill:small" and (run.cfg.num_envs, run.cfg.rollout_length) == (16, 16)
     for key in ("actor", "uncompressed_actor", "learner", "compress"):
@@ -332,7 +332,7 @@ from accerl_jax.loops import anakin_state
 
 def state():
     run = run_lib.setup(Config(logdir=tempfile.mkdtemp() + "/run", progress=False, compile_cache="off",
-                               num_envs=4, rollout_length=4), [])
+                               num_envs=4, rollout_length=4))
     return jax.tree.leaves(anakin_state.initial_state(run, 3))
 
 

@@ -356,7 +356,7 @@ def test_compressor_that_assumes_one_family_is_refused_before_anything_is_writte
         cfg = Config(env="gymnax:Pendulum-v1", compressor="convonly", num_envs=2, rollout_length=4,
                      total_steps=64, logdir=logdir, progress=False)
         with pytest.raises(ConfigError, match=r"bad --compressor 'convonly' for the MLP Gaussian network.*conv_0"):
-            run.setup(cfg, [])
+            run.setup(cfg)
         assert not os.path.exists(logdir)
     finally:
         unregister_compressor("convonly")

@@ -286,12 +286,12 @@ def test_settings_from_environment_variables():
 
 
 def _main_job(logdir: str, **overrides) -> tuple[dict, dict]:
-    """The main job with the tiny :data:`MAIN` budget: its summary and ``trained`` (the final parameters)."""
+    """The main job with the tiny :data:`MAIN` budget: its summary and its result (the final parameters)."""
     from accerl_jax.config import Config
-    from accerl_jax import run_training
+    from accerl_jax import run_training_result
 
-    trained: dict = {}
-    return run_training(Config(logdir=logdir, **dict(MAIN, **overrides)), trained=trained), trained
+    result = run_training_result(Config(logdir=logdir, **dict(MAIN, **overrides)))
+    return result.summary, result
 
 
 def _leaves(tree) -> list:
@@ -310,7 +310,7 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
     from accerl_jax.loops import anakin_program, anakin_state
     from accerl_jax.run.build import setup
 
-    run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN), [])
+    run = setup(Config(logdir=logdir, num_seeds=num_seeds, **MAIN))
     try:
         chunk = anakin_program.make_chunk(run)
         states = [anakin_state.initial_state(run, MAIN_SEED + k) for k in range(num_seeds)]
@@ -324,7 +324,7 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
         return {"carry_specs": specs(state.carry), "learner_specs": specs(state.learner),
                 "compiled": chunk.jitted._cache_size(), "update": int(state.update.reshape(-1)[0])}
     finally:
-        run.monitor.close(), run.saver.close(), run.lock.release()
+        run.outputs.monitor.close(), run.outputs.saver.close(), run.outputs.lock.release()
 
 
 def _main_job_devices(folder: str, num_seeds: int) -> None:
@@ -335,7 +335,7 @@ def _main_job_devices(folder: str, num_seeds: int) -> None:
     summary, trained = _main_job(os.path.join(folder, "run"))
     print("RESULT " + json.dumps({
         "devices": jax.local_device_count(), "summary": {k: summary[k] for k in SUMMARY_KEYS},
-        "params": _leaves(trained["learner_params"]),
+        "params": _leaves(trained.learner_params),
         "layout": _anakin_layout(os.path.join(folder, "layout"), num_seeds)}))
 
 
@@ -344,7 +344,7 @@ def main_job_one_device(tmp_path_factory):
     """The main job on this process's one device: the reference for the same global batch."""
     logdir = str(tmp_path_factory.mktemp("one") / "run")
     summary, trained = _main_job(logdir)
-    return logdir, summary, _leaves(trained["learner_params"])
+    return logdir, summary, _leaves(trained.learner_params)
 
 
 @pytest.mark.parametrize("n, num_seeds", [(2, 2), (4, 1)])
@@ -480,7 +480,7 @@ def _resume_main_job(folder: str) -> None:
 
     summary, trained = _main_job(None, resume=folder, total_steps=8 * 8 * RESUMED_UPDATES)
     print("RESULT " + json.dumps({"devices": jax.local_device_count(), "summary": summary,
-                                  "params": _leaves(trained["learner_params"])}))
+                                  "params": _leaves(trained.learner_params)}))
 
 
 def test_checkpoint_resumes_on_other_device_and_process_counts(tmp_path, main_job_one_device, two_process_run):
@@ -503,7 +503,7 @@ def test_checkpoint_resumes_on_other_device_and_process_counts(tmp_path, main_jo
         assert s["resumed_from_update"] == 6 and s["updates"] == RESUMED_UPDATES and s["stopped"] is None
         assert s["learner_batch"] == 8 and s["total_env_steps"] == 8 * 8 * RESUMED_UPDATES
     assert one["episodes"] == two["episodes"] and one["final_return_mean"] == two["final_return_mean"]
-    for a, b in zip(_leaves(trained["learner_params"]), got["params"], strict=True):
+    for a, b in zip(_leaves(trained.learner_params), got["params"], strict=True):
         np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
 
 

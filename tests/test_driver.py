@@ -35,9 +35,8 @@ def tiny(logdir, **kw) -> Config:
 
 def build(cfg: Config):
     """A real run (setup only: nothing is compiled but the env's reset) and its fake stepper's snapshot."""
-    claimed: list[str] = []
-    run = setup(cfg, claimed)
-    if run.resume_point is None:
+    run = setup(cfg)
+    if run.plan.resume is None:
         carry = run.actor.reset(run.k_actor)
         if cfg.num_seeds == 1:
             actor_params, comp_state = run.compressor.init(run.params, run.k_comp, carry.obs)
@@ -48,7 +47,7 @@ def build(cfg: Config):
             snap = checkpoint.TrainState(state, (state.params,), (), jax.tree.map(seeds, carry))
     else:
         snap = run.restored
-    return run, claimed, snap
+    return run, snap
 
 
 class FakeStepper:
@@ -69,7 +68,7 @@ class FakeStepper:
         run = self.run
         if self.signal_at == 0 and driver.keep_going(run.start_update):
             os.kill(os.getpid(), signal.SIGINT)  # not armed yet: raises Interrupted here
-        for it in range(run.start_update + 1, run.num_updates + 1):
+        for it in range(run.start_update + 1, run.plan.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
             if it == self.fail_at:
@@ -117,9 +116,9 @@ class FakeStepper:
         return Events({"compress": 1.0})  # e.g. a worker thread's last seconds
 
 
-def drive(run, claimed, stepper):
+def drive(run, stepper):
     with StopSignals() as stop:
-        return Driver(run, stop, claimed).drive(stepper).summary
+        return Driver(run, stop).drive(stepper).summary
 
 
 def rows(logdir) -> list[dict]:
@@ -131,12 +130,12 @@ def test_rows_events_checkpoints_and_summary(tmp_path, monkeypatch):
     refreshes = []
     real = Monitor.log_refresh
     monkeypatch.setattr(Monitor, "log_refresh", lambda self, u, d: refreshes.append((u, self.env_steps)) or real(self, u, d))
-    run, claimed, snap = build(tiny(tmp_path / "run", checkpoint_every=3))
+    run, snap = build(tiny(tmp_path / "run", checkpoint_every=3))
     stepper = FakeStepper(run, snap)
-    summary = drive(run, claimed, stepper)
+    summary = drive(run, stepper)
     assert summary["stopped"] is None and summary["updates"] == 6 and summary["loop"] == "fake"
-    assert stepper.closed == 1 and claimed == []
-    r = rows(run.logdir)
+    assert stepper.closed == 1 and run.outputs.claimed  # a new run claimed its folder, which it keeps
+    r = rows(run.outputs.logdir)
     assert [int(float(x["update"])) for x in r] == [2, 4, 6] and stepper.rows == [2, 4, 6]
     # The stage seconds the steps carried, summed by the driver; the close's come after the last row.
     assert [float(x["time_actor_s"]) for x in r] == [1.0, 2.0, 3.0]
@@ -147,85 +146,85 @@ def test_rows_events_checkpoints_and_summary(tmp_path, monkeypatch):
     assert float(r[-1]["return_mean"]) == pytest.approx(np.mean(range(1, 7))) and summary["episodes"] == 6
     # The refresh and the decision are written before their step's episodes are counted (env steps of update 1).
     assert refreshes == [(2, T * B)]
-    with open(os.path.join(run.logdir, "decisions.jsonl")) as f:
+    with open(os.path.join(run.outputs.logdir, "decisions.jsonl")) as f:
         decisions = [json.loads(line) for line in f]
     assert [(d["update"], d["env_steps"]) for d in decisions] == [(2, T * B)]
-    assert checkpoint.finished_steps(run.logdir) == [3, 6]
-    record = checkpoint.read_record(run.logdir, 3)["extra"]
+    assert checkpoint.finished_steps(run.outputs.logdir) == [3, 6]
+    record = checkpoint.read_record(run.outputs.logdir, 3)["extra"]
     assert record["completed"] == 3 and record["fake_completed"] == 3
-    assert json.load(open(os.path.join(run.logdir, "summary.json")))["updates"] == 6
+    assert json.load(open(os.path.join(run.outputs.logdir, "summary.json")))["updates"] == 6
 
 
 def test_signal_is_deferred_to_the_update_boundary_then_resumed(tmp_path):
     """SIGTERM after update 3 (armed): the step in flight finishes, the driver saves update 3, logs its row and
     summarises; a resumed run continues from it with the restored Monitor (rows, times) and bookkeeping."""
     cfg = tiny(tmp_path / "run")
-    run, claimed, snap = build(cfg)
-    summary = drive(run, claimed, FakeStepper(run, snap, signal_at=3))
+    run, snap = build(cfg)
+    summary = drive(run, FakeStepper(run, snap, signal_at=3))
     assert summary["stopped"] == "interrupted" and summary["exit_signal"] == "SIGTERM" and summary["updates"] == 3
-    assert checkpoint.finished_steps(run.logdir) == [3]
-    assert [int(float(x["update"])) for x in rows(run.logdir)] == [2, 3]
+    assert checkpoint.finished_steps(run.outputs.logdir) == [3]
+    assert [int(float(x["update"])) for x in rows(run.outputs.logdir)] == [2, 3]
 
-    run, claimed, snap = build(tiny(tmp_path / "run", resume=str(tmp_path / "run")))
+    run, snap = build(tiny(tmp_path / "run", resume=str(tmp_path / "run")))
     assert run.start_update == 3 and run.extra["fake_completed"] == 3
     stepper = FakeStepper(run, snap)
-    summary = drive(run, claimed, stepper)
+    summary = drive(run, stepper)
     assert summary["stopped"] is None and summary["updates"] == 6 and summary["resumed_from_update"] == 3
-    r = rows(run.logdir)
+    r = rows(run.outputs.logdir)
     assert [int(float(x["update"])) for x in r] == [2, 3, 4, 6]
     assert float(r[-1]["time_actor_s"]) == 3.0  # the first session's seconds continue
     assert summary["episodes"] == 6 and summary["total_env_steps"] == 6 * T * B
-    assert checkpoint.finished_steps(run.logdir) == [3, 6]
+    assert checkpoint.finished_steps(run.outputs.logdir) == [3, 6]
 
 
 def test_signal_before_the_first_update_frees_the_folder(tmp_path):
     cfg = tiny(tmp_path / "run")
-    run, claimed, snap = build(cfg)
+    run, snap = build(cfg)
     stepper = FakeStepper(run, snap, signal_at=0)
     with pytest.raises(Interrupted):
-        drive(run, claimed, stepper)
+        drive(run, stepper)
     assert stepper.closed == 1
     # The new run's folder is freed for a rerun: no checkpoints, rows or summary are left.
-    left = sorted(os.listdir(run.logdir)) if os.path.isdir(run.logdir) else []
+    left = sorted(os.listdir(run.outputs.logdir)) if os.path.isdir(run.outputs.logdir) else []
     assert not {"checkpoints", "metrics.csv", "summary.json", "decisions.jsonl"} & set(left), left
 
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    run, claimed, snap = build(tiny(tmp_path / "run", checkpoint_every=2))
-    summary = drive(run, claimed, FakeStepper(run, snap, bad_at=3))
+    run, snap = build(tiny(tmp_path / "run", checkpoint_every=2))
+    summary = drive(run, FakeStepper(run, snap, bad_at=3))
     assert summary["stopped"] == "diverged" and summary["updates"] == 3
     assert summary["stop_reason"].startswith("non-finite rewards at update 3 (loss 3.0")
-    assert checkpoint.finished_steps(run.logdir) == [2]  # the diverged state is never saved
-    assert [int(float(x["update"])) for x in rows(run.logdir)] == [2, 3]  # the diverged update has its row
+    assert checkpoint.finished_steps(run.outputs.logdir) == [2]  # the diverged state is never saved
+    assert [int(float(x["update"])) for x in rows(run.outputs.logdir)] == [2, 3]  # the diverged update has its row
 
 
 def test_failure_saves_the_last_completed_update(tmp_path):
-    run, claimed, snap = build(tiny(tmp_path / "run"))
+    run, snap = build(tiny(tmp_path / "run"))
     stepper = FakeStepper(run, snap, fail_at=4)
     with pytest.raises(RuntimeError, match="the stepper broke"):
-        drive(run, claimed, stepper)
+        drive(run, stepper)
     assert stepper.closed == 1
-    assert checkpoint.finished_steps(run.logdir) == [3]
-    record = checkpoint.read_record(run.logdir, 3)["extra"]
+    assert checkpoint.finished_steps(run.outputs.logdir) == [3]
+    record = checkpoint.read_record(run.outputs.logdir, 3)["extra"]
     assert record["fake_completed"] == 3 and record["monitor"]["times"]["compress"] == 1.0  # close's seconds saved
-    assert not os.path.exists(os.path.join(run.logdir, "summary.json"))
+    assert not os.path.exists(os.path.join(run.outputs.logdir, "summary.json"))
 
 
 def test_several_seeds(tmp_path):
-    run, claimed, snap = build(tiny(tmp_path / "run", num_seeds=2, loop="anakin"))
-    summary = drive(run, claimed, FakeStepper(run, snap))
+    run, snap = build(tiny(tmp_path / "run", num_seeds=2, loop="anakin"))
+    summary = drive(run, FakeStepper(run, snap))
     assert summary["updates"] == 6 and len(summary["seeds"]) == 2
     mean = np.mean(range(1, 7))
     assert summary["final_return_mean_per_seed"] == pytest.approx([mean, mean + 10])
     assert summary["total_env_steps"] == 2 * 6 * T * B and summary["env_steps_per_seed"] == 6 * T * B
     for k in range(2):
-        r = rows(os.path.join(run.logdir, f"seed{k}"))
+        r = rows(os.path.join(run.outputs.logdir, f"seed{k}"))
         assert [int(float(x["update"])) for x in r] == [2, 4, 6]
         assert float(r[-1]["return_mean"]) == pytest.approx(mean + 10 * k)
-        own = json.load(open(os.path.join(run.logdir, f"seed{k}", "summary.json")))
-        assert own["seed"] == run.cfg.seed + k and own["logdir"] == os.path.join(run.logdir, f"seed{k}")
+        own = json.load(open(os.path.join(run.outputs.logdir, f"seed{k}", "summary.json")))
+        assert own["seed"] == run.cfg.seed + k and own["logdir"] == os.path.join(run.outputs.logdir, f"seed{k}")
         assert own["final_return_mean"] == pytest.approx(mean + 10 * k) and own["updates"] == 6
-    assert float(rows(run.logdir)[-1]["return_mean"]) == pytest.approx(mean + 5)  # the mean over seeds
+    assert float(rows(run.outputs.logdir)[-1]["return_mean"]) == pytest.approx(mean + 5)  # the mean over seeds
 
 
 # -- the one-way contract -------------------------------------------------------------------------------------

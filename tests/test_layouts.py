@@ -28,11 +28,11 @@ def _train(logdir: str, **overrides) -> tuple[dict, list]:
     import jax
 
     from accerl_jax.config import Config
-    from accerl_jax import run_training
+    from accerl_jax import run_training_result
 
-    trained: dict = {}
-    summary = run_training(Config(logdir=logdir, **dict(TINY, **overrides)), trained=trained)
-    params = [np.asarray(x).tolist() for x in jax.tree.leaves(jax.device_get(trained["learner_params"]))]
+    result = run_training_result(Config(logdir=logdir, **dict(TINY, **overrides)))
+    summary = result.summary
+    params = [np.asarray(x).tolist() for x in jax.tree.leaves(jax.device_get(result.learner_params))]
     return {k: summary[k] for k in KEYS}, params
 
 
@@ -66,7 +66,7 @@ def _apart_main(logdir: str) -> dict:
 
     from accerl_jax.actor import HostActor
     from accerl_jax.config import Config
-    from accerl_jax import run_training
+    from accerl_jax import run_training_result
     from accerl_jax.loops import sebulba
 
     seen: dict[str, set] = {}
@@ -97,11 +97,11 @@ def _apart_main(logdir: str) -> dict:
         lambda self, args, out: (out.learner, out.actor_params, out.compressor))
     spy(HostActor, "act", "actions", lambda self, args, out: out)
     envs = 2 * (jax.local_device_count() - 1)  # two per learner device
-    trained: dict = {}
     sizes = dict(TINY, num_envs=envs, total_steps=4 * envs * TINY["rollout_length"])
-    summary = run_training(Config(logdir=logdir, **sizes, env="envpool:CartPole-v1", loop="sebulba",
-                                  actor_device="cpu-apart", compressor="int8"), trained=trained)
-    record("final_learner", trained["learner_params"])
+    result = run_training_result(Config(logdir=logdir, **sizes, env="envpool:CartPole-v1", loop="sebulba",
+                                 actor_device="cpu-apart", compressor="int8"))
+    summary = result.summary
+    record("final_learner", result.learner_params)
     return {"summary": {k: summary[k] for k in ("devices", "learner_devices", "actor_device", "updates", "stopped")},
             "seen": {k: sorted(v) for k, v in seen.items()}}
 

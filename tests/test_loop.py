@@ -134,7 +134,7 @@ def test_out_of_range_settings_are_config_errors(tmp_path, field, value, message
 
 def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, monkeypatch):
     """int8 needs observations at init (the loop passes the first ones); every refresh of the actor's
-    policy logs KL/agreement; ``trained`` returns the trained params."""
+    policy logs KL/agreement; ``run_training_result`` returns the trained params."""
     refreshes = []
     real = run_lib.Monitor.log_refresh
 
@@ -143,12 +143,11 @@ def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, m
         return real(self, update, divergence)
 
     monkeypatch.setattr(run_lib.Monitor, "log_refresh", spy)
-    final: dict = {}
-    summary = run_training(tiny(tmp_path, compressor="prune:0.5+int8"), trained=final)
+    final = run_training_result(tiny(tmp_path, compressor="prune:0.5+int8"))
+    summary = final.summary
     assert summary["stopped"] is None
     # The policy is refreshed at every update; every --log-every-th refresh (here 2) is logged.
     assert [u for u, _, _ in refreshes] == list(range(2, summary["updates"] + 1, 2))
     assert all(math.isfinite(kl) and kl >= -1e-6 and 0.0 <= a <= 1.0 for _, kl, a in refreshes)
     assert summary["actor_params"] < summary["learner_params"]
-    assert set(final) == {"learner_params", "actor_params", "obs"}
-    assert final["obs"].shape == (8 * 8, 4)
+    assert final.obs.shape == (8 * 8, 4)

@@ -24,7 +24,6 @@ leading seed axis of the state. ``--compressor auto`` (one seed) takes its decis
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import jax
@@ -32,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax.run import checkpoint
-from accerl_jax.actor import AnakinActor
 from accerl_jax.run.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.run.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
@@ -40,16 +38,6 @@ from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, ma
 from accerl_jax.loops import pieces, shared
 from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
 from accerl_jax.run.build import Run
-
-
-def fused_actor_run(run: Run) -> Run:
-    """``run`` with an actor the Anakin program can fuse: a host (envpool) env's :class:`~accerl_jax.actor.HostActor`
-    is replaced by an :class:`~accerl_jax.actor.AnakinActor` over the same pool's XLA interface; a gymnax
-    run is returned as it is."""
-    if run.info.jittable:
-        return run
-    actor = AnakinActor(run.env.xla(), run.actor_apply, run.cfg.rollout_length, family=run.spec.family)
-    return dataclasses.replace(run, actor=actor)
 
 
 def chunk_episodes(out: UpdateOutput, updates: int) -> Episodes:
@@ -66,7 +54,7 @@ class AnakinStepper:
     """One chunk of fused updates per step (module docstring)."""
 
     def __init__(self, run: Run):
-        self.run = run = fused_actor_run(run)
+        self.run = run  # its actor runs in the fused program (envpool: AnakinActor, accerl_jax.run.build)
         self.seeds, self.lag = run.cfg.num_seeds, run.cfg.policy_lag + 1
         self.chunk_fn = AutoChunks(run) if run.plan.auto else make_chunk(run)
         self.fused_wait = float(run.extra.get("fused_wait_s", 0.0))  # seconds the host waited for the program
@@ -78,11 +66,11 @@ class AnakinStepper:
         # Several processes: the next chunk is dispatched only after the driver has logged and saved this
         # one, because the checkpoint's gathers and the stop vote are collectives of their own, and two
         # programs' collectives in flight at once may interleave differently on two processes.
-        self.pipelined = run.num_processes == 1
+        self.pipelined = run.plan.num_processes == 1
 
     def _boundary(self, after: int) -> int:
         cfg = self.run.cfg
-        ends = [self.run.num_updates, (after // cfg.log_every + 1) * cfg.log_every]
+        ends = [self.run.plan.num_updates, (after // cfg.log_every + 1) * cfg.log_every]
         if cfg.checkpoint_every:
             ends.append((after // cfg.checkpoint_every + 1) * cfg.checkpoint_every)
         return min(ends)
@@ -90,7 +78,7 @@ class AnakinStepper:
     def _dispatch(self, s: AnakinState, after: int):
         end = self._boundary(after)
         pending = (end, *self.chunk_fn(s, end - after))  # returns at once: the program runs in the background
-        if end >= self.run.num_updates:
+        if end >= self.run.plan.num_updates:
             self._count_flops()
         return pending
 
@@ -101,7 +89,7 @@ class AnakinStepper:
 
     def steps(self, driver):
         run, seeds = self.run, self.seeds
-        if run.resume_point is None:
+        if run.plan.resume is None:
             states = [initial_state(run, run.cfg.seed + k) for k in range(seeds)]
             state = states[0] if seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         else:
@@ -126,7 +114,7 @@ class AnakinStepper:
             outs = [_seed(out, k, seeds) for k in range(seeds)]
             metrics = [{name: v[last - 1] for name, v in o.metrics.items()} for o in outs]
             self.lag_versions = float(metrics[0].get("policy_lag_versions", np.nan))
-            if self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
+            if self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
                 # Pipelined: the next chunk is dispatched before the driver logs and checkpoints this one
                 # (a diverged state is never continued).
                 try:
@@ -148,7 +136,7 @@ class AnakinStepper:
                        events=Events(decisions=decisions))
             if hard_stop is not None:
                 raise hard_stop
-            if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.num_updates:
+            if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
                 pending = self._dispatch(new_state, end)
 
     def _count_flops(self) -> None:
@@ -157,7 +145,7 @@ class AnakinStepper:
         and lowers the pieces, host time that slowed the training it ran beside by about as much; from the
         last chunk on it overlaps the end of the run instead."""
         run, shapes = self.run, self.shapes
-        if self.flops is not None or not run.writer or not pieces.has_pieces(run):
+        if self.flops is not None or run.plan.process_id != 0 or not pieces.has_pieces(run):
             return
         self.flops = pieces.BackgroundFlops(run, shapes.learner, shapes.actor_params[0], shapes.compressor,
                                             shapes.carry)
@@ -179,7 +167,7 @@ class AnakinStepper:
         for k in range(self.seeds):
             s = _seed(self.state, k, self.seeds)
             learner, actor_params, obs = local_view((s.learner, s.actor_params[-1], s.obs))
-            obs = obs.reshape((cfg.rollout_length, info.num_envs * self.run.num_processes) + tuple(info.obs_shape))
+            obs = obs.reshape((cfg.rollout_length, info.num_envs * self.run.plan.num_processes) + tuple(info.obs_shape))
             out.append(Final(learner, actor_params, obs))
         return out
 

@@ -2,7 +2,6 @@
 called on the host between chunks, one compiled chunk program per candidate (:mod:`accerl_jax.compressor.auto`)."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Callable
 
@@ -49,8 +48,8 @@ class AutoChunks:
     def program(self, i: int) -> Callable:
         """Candidate ``i``'s chunk program (built once; compiled at its first call)."""
         if i not in self.programs:
-            run = dataclasses.replace(self.run, compressor=self.auto.candidate(i))
-            self.programs[i] = make_chunk(run, clipping=self.auto.clip_fractions)
+            self.programs[i] = make_chunk(self.run, clipping=self.auto.clip_fractions,
+                                          compressor=self.auto.candidate(i))
         return self.programs[i]
 
     def __call__(self, s: AnakinState, active: int):

@@ -16,12 +16,14 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import jaxpr_as_fun
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import learner as learner_lib
 from accerl_jax.platform import xla
 from accerl_jax.actor import ActorCarry
+from accerl_jax.compressor import Compressor
 from accerl_jax.run import guard as guard_lib
 from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.shared import learner_update
@@ -66,10 +68,12 @@ class ChunkEnd(NamedTuple):
     clipping: Any = None
 
 
-def make_update_step(run: Run, with_rollout: bool = False):
+def make_update_step(run: Run, with_rollout: bool = False, compressor: Compressor | None = None):
     """The traceable Anakin update ``(AnakinState, None) -> (AnakinState, UpdateOutput)`` for ``lax.scan``
-    (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on)."""
-    cfg, compressor, info = run.cfg, run.compressor, run.info
+    (``with_rollout``: ``-> (AnakinState, UpdateOutput, Rollout [T, B, ...])``, the rollout it trained on),
+    compressing with ``compressor`` (default ``run.compressor``; ``--compressor auto``: one candidate's)."""
+    cfg, info = run.cfg, run.info
+    compressor = run.compressor if compressor is None else compressor
     # run.teacher_update: the learner's own outputs at the rollout's observations go to the compressor as
     # its teacher's (distillation then needs no second forward pass of the teacher).
     guarded = guard_lib.guard_update(learner_update(run), cfg.on_nan)
@@ -149,10 +153,10 @@ def chunk_length(run: Run) -> int:
     """Updates per compiled chunk: chunks end at every --log-every and --checkpoint-every multiple, so none
     is longer than the smaller of the two (and the budget)."""
     cfg = run.cfg
-    return min([cfg.log_every, run.num_updates] + ([cfg.checkpoint_every] if cfg.checkpoint_every else []))
+    return min([cfg.log_every, run.plan.num_updates] + ([cfg.checkpoint_every] if cfg.checkpoint_every else []))
 
 
-def make_chunk(run: Run, clipping: Callable | None = None):
+def make_chunk(run: Run, clipping: Callable | None = None, compressor: Compressor | None = None):
     """The jitted chunk ``(AnakinState, active) -> (AnakinState, UpdateOutput [C, ...], ChunkEnd)``: one
     ``lax.scan`` of ``C =`` :func:`chunk_length` steps of which the first ``active`` ([] int32, traced)
     run an update and the rest leave the state as it is (their outputs are zeros), so that a chunk cut
@@ -169,18 +173,15 @@ def make_chunk(run: Run, clipping: Callable | None = None):
     ``clipping(params, rollout) -> (clipped, beyond)`` ([] float32 each; ``--compressor auto``'s
     :meth:`~accerl_jax.compressor.auto.AutoCompressor.clip_fractions`), if given, is measured on the
     chunk's last update only (one extra forward pass per chunk) and returned as ``ChunkEnd.clipping``.
+    ``compressor`` (default ``run.compressor``) is the one the program runs (``--compressor auto``: one
+    candidate's, :class:`~accerl_jax.loops.anakin_auto.AutoChunks`).
     The returned function's ``jitted`` attribute is the compiled ``jax.jit`` object (its cache counts
     compilations).
     """
-    step = make_update_step(run, with_rollout=clipping is not None)
+    step = make_update_step(run, with_rollout=clipping is not None, compressor=compressor)
     length = chunk_length(run)
 
     def chunk(state: AnakinState, active):
-        # The idle branch returns zeros shaped like the update's outputs. Tracing the update is most of
-        # building the program (part of every run's start-up), so its output shapes are recorded
-        # while the cond traces it (JAX traces the true branch first) instead of tracing it a second time.
-        shapes = []
-
         def update(carry, i):
             s, clip = carry
             if clipping is None:
@@ -189,18 +190,24 @@ def make_chunk(run: Run, clipping: Callable | None = None):
                 new, out, rollout = step(s, None)
                 clip = jax.lax.cond(i == active - 1, lambda: jnp.stack(clipping(s.learner.params, rollout)),
                                     lambda: clip)
-            shapes[:] = [jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)]
             return (new, clip), out
 
+        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
+        # Tracing the update is most of building the program (part of every run's start-up), so it is
+        # traced once: its jaxpr is the cond's update branch (the same program as tracing it there), and
+        # its output shapes give the idle branch's zeros.
+        traced, shapes = jax.make_jaxpr(update, return_shape=True)((state, clip), jnp.int32(0))
+        out_tree = jax.tree.structure(shapes)
+
+        def traced_update(carry, i):
+            return jax.tree.unflatten(out_tree, jaxpr_as_fun(traced)(*jax.tree.leaves((carry, i))))
+
         def idle(carry, i):
-            if not shapes:  # the update branch was not traced first: trace it alone for its shapes
-                jax.eval_shape(update, carry, i)
-            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes[0])
+            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes[1])
 
         def body(carry, i):
-            return jax.lax.cond(i < active, update, idle, carry, i)
+            return jax.lax.cond(i < active, traced_update, idle, carry, i)
 
-        clip = None if clipping is None else jnp.zeros((2,), jnp.float32)
         (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
         held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
         learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
@@ -214,7 +221,7 @@ def make_chunk(run: Run, clipping: Callable | None = None):
     # The outputs are small ([C, T, B] episode records, [] metrics) and replicated: with several processes
     # every process reads all episodes from its own copy.
     placed, replicated = state_sharding(run), NamedSharding(run.mesh, P())
-    jitted = xla.jit(chunk, run.spec.family, out_shardings=(placed, replicated, replicated))
+    jitted = xla.jit(chunk, run.plan.spec.family, out_shardings=(placed, replicated, replicated))
 
     def call(state: AnakinState, active: int):
         return jitted(jax.device_put(state, placed), np.int32(active))

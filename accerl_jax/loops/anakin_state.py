@@ -24,20 +24,20 @@ def initial_state(run: Run, seed: int) -> AnakinState:
     it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. Its pieces (network,
     optimiser and student initialisation) compile with :func:`accerl_jax.platform.xla.one_shot_options`: each runs
     once."""
-    if run.num_processes > 1:
+    if run.plan.num_processes > 1:
         return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),
-                       compiler_options=xla.one_shot_options(run.spec.family))()
+                       compiler_options=xla.one_shot_options(run.plan.spec.family))()
     return _initial_state(run, seed)
 
 
 def _initial_state(run: Run, seed: int) -> AnakinState:
     cfg = run.cfg
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(seed), 3)
-    params = networks.init_params(run.spec, k_net)
+    params = networks.init_params(run.plan.spec, k_net)
     carry = run.actor.reset(k_actor)
     actor_params, comp_state = run.compressor.init(params, k_comp, carry.obs)  # first obs calibrate int8
     lag = cfg.policy_lag + 1
-    batch = run.info.num_envs * run.num_processes  # the global batch
+    batch = run.info.num_envs * run.plan.num_processes  # the global batch
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
     zero = jnp.zeros((), jnp.int32)
     learner = learner_lib.init_state(params, run.optimizer, run.mesh, key=learner_lib.learner_key(seed))
@@ -56,7 +56,7 @@ def restored_state(run: Run, skipped) -> AnakinState:
     lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
     versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
     seeds = cfg.num_seeds
-    batch = run.info.num_envs * run.num_processes  # the global batch
+    batch = run.info.num_envs * run.plan.num_processes  # the global batch
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
 
     def per_seed(x):
@@ -73,7 +73,7 @@ def place_state(run: Run, state: AnakinState) -> AnakinState:
     processes: global arrays as :func:`state_sharding` ``(run)`` says; a leaf that is not yet global
     (a restored checkpoint's, the same on every process) is cut into each device's slice
     (:func:`jax.make_array_from_callback`)."""
-    if run.num_processes == 1:
+    if run.plan.num_processes == 1:
         return jax.device_put(state, state_sharding())
 
     def place(sharding, x):

@@ -27,7 +27,7 @@ def has_pieces(run: Run) -> bool:
     """Whether :func:`cost_split` can split this run: a jittable (gymnax) actor, one process, and a
     compressor that runs in the program (not ``auto``, whose compressor changes while training, nor
     ``--distill-async``'s host thread)."""
-    return (run.actor_for is not None and run.num_processes == 1 and not run.plan.auto
+    return (run.actor_for is not None and run.plan.num_processes == 1 and not run.plan.auto
             and not run.cfg.distill_async)
 
 

@@ -74,7 +74,7 @@ class SebulbaStepper:
         self.run = run
         cfg = run.cfg
         self.guard = UpdateGuard(shared.learner_update(run), cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
-                                 family=run.spec.family)
+                                 family=run.plan.spec.family)
         mesh = run.mesh  # with --actor-device cpu-apart on XLA:CPU, every local device but cpu:0
         self.actor_device = mesh.devices.flat[0] if cfg.actor_device == "learner" else jax.devices("cpu")[0]
         self.threads_n, self.per_thread, self.batch = cfg.actor_threads, cfg.num_envs // cfg.actor_threads, actor_batch(cfg)
@@ -94,7 +94,7 @@ class SebulbaStepper:
 
     def _start(self) -> None:
         run = self.run
-        if run.resume_point is None:
+        if run.plan.resume is None:
             state, base_key = run.state, run.k_actor
             # The first observations calibrate int8's activation ranges.
             _, first_obs = run.env.reset()
@@ -166,7 +166,7 @@ class SebulbaStepper:
         for w in self.workers:
             w.start()
         completed = run.start_update
-        for it in range(run.start_update + 1, run.num_updates + 1):
+        for it in range(run.start_update + 1, run.plan.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
             with clock.time("queue_wait"):  # one rollout per actor thread

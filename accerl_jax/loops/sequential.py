@@ -29,7 +29,7 @@ class SequentialStepper:
     def __init__(self, run: Run):
         self.run = run
         self.guard = UpdateGuard(shared.learner_update(run), run.cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
-                                 family=run.spec.family)
+                                 family=run.plan.spec.family)
         self.env_calibration = list(run.extra.get("env_calibration", []))  # seconds of one env-only rollout
         self.rollout = None
         self.lag = 0
@@ -43,7 +43,7 @@ class SequentialStepper:
 
     def _start(self):
         run = self.run
-        if run.resume_point is None:
+        if run.plan.resume is None:
             carry = run.actor.reset(run.k_actor)
             with self.clock.time("compress"):  # first observations calibrate int8's activation ranges
                 actor_params, comp_state = run.compressor.init(run.params, run.k_comp, carry.obs)
@@ -65,7 +65,7 @@ class SequentialStepper:
         # The policy version (the update after which it was compressed; 0 = initial) of each set in lagged.
         versions = collections.deque(policy_versions(run.start_update, len(self.lagged), cfg.compress_every),
                                      maxlen=cfg.policy_lag + 1)
-        for it in range(run.start_update + 1, run.num_updates + 1):
+        for it in range(run.start_update + 1, run.plan.num_updates + 1):
             if not driver.keep_going(it - 1):
                 return
             refreshes = []
@@ -115,7 +115,7 @@ class SequentialStepper:
         """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
         (process order), so that every process compresses (distils), and ``--compressor auto`` warms its
         candidates, on the same observations, and their actors stay identical."""
-        if self.run.num_processes > 1:
+        if self.run.plan.num_processes > 1:
             from jax.experimental import multihost_utils
 
             obs = jnp.asarray(np.concatenate(list(multihost_utils.process_allgather(obs)), axis=1))

@@ -10,9 +10,11 @@ agreement, lag) rather than only after the final re-sync.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import textwrap
+from typing import ClassVar
 
 from accerl_jax.monitor.files import atomic_write_json
 
@@ -31,6 +33,136 @@ FIDELITY_LEGEND = (
     "'during training': mean and worst over the logged rows; 'at the end': after the final re-sync."
 )
 OVERLAP_NOTE = "Stages run in threads at the same time (Sebulba): their shares overlap and may add up past 100%."
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Summary:
+    """A run's summary: the one place that defines the fields of ``summary.json`` (README, "Outputs"),
+    built by :func:`accerl_jax.run.driver.summarize`; :meth:`to_json` is what is written and returned.
+
+    Units: seconds (``*_s``), env steps (agent steps summed over envs), nats (KL). Stage times (``*_time_s``)
+    are every session's (a resumed run's included); ``steps_per_s`` is over the whole run's wall time
+    (``steps_per_s_scope`` says what it counts), the ``training_*`` rate between this session's first and
+    last logged row (:func:`training_rate`).
+    """
+
+    # The run's settings (--loss auto resolved: accerl_jax.run.plan.make_loss_config).
+    env: str
+    compressor: str
+    corrector: str
+    loss: str
+    epochs: int
+    minibatches: int
+    policy_lag: int
+    seed: int
+    num_envs: int
+    rollout_length: int
+    # How it ended.
+    updates: int  # learner updates completed (every session's)
+    stopped: str | None  # None (the budget), "interrupted" or "diverged"
+    stop_reason: str | None
+    exit_signal: str | None  # the signal's name ("SIGINT") when stopped == "interrupted"
+    skipped_updates: int  # --on-nan skip (--num-seeds: the sum over seeds in the run's own summary)
+    resumed_from_update: int | None
+    last_checkpoint: str | None
+    checkpoint_time_s: float
+    # Steps and time.
+    total_env_steps: int  # --num-seeds: every seed's in the run's own summary
+    wall_time_s: float
+    actor_time_s: float
+    env_time_s: float
+    env_time_source: str
+    inference_time_s: float
+    learner_time_s: float
+    compress_time_s: float
+    distill_time_s: float
+    # Returns (over the last return_window finished episodes; None: no episode finished).
+    final_return_mean: float | None
+    final_length_mean: float | None
+    return_window: int
+    returns_averaged: int
+    episodes: int
+    episodes_nonfinite: int  # finished with a NaN/inf return, not averaged
+    # Rates: steps_per_s over the whole wall time, steps_per_s_per_seed one seed's, what they count.
+    steps_per_s: float
+    steps_per_s_per_seed: float
+    steps_per_s_scope: str
+    training_steps_per_s: float | None  # training_rate(): compilation and start-up left out
+    training_s: float | None
+    training_env_steps: int | None
+    # The actor's fidelity over the logged rows (fidelity()): KL, agreement, lag, mean and worst.
+    kl_during_mean: float | None
+    kl_during_max: float | None
+    agreement_during_mean: float | None
+    agreement_during_min: float | None
+    lag_during_mean: float | None
+    lag_during_max: float | None
+    # Networks and the final parameters.
+    learner_network: dict  # accerl_jax.networks.NetworkSpec as a dict
+    learner_params: int  # parameter count
+    actor_params: int
+    actor_param_bytes: int
+    # The last update's metrics: KL(π_learner ‖ π_actor), greedy agreement, the importance ratios π/μ
+    # (mean |log ρ|, fractions with ρ > ρ̄, ρ > c̄ and ρ > ρ̄ · CLIP_MARGIN, the share of Σρ that clipping at
+    # ρ̄ removes) and the learning rate; None where the update does not report it.
+    kl_learner_actor: float | None
+    action_agreement: float | None
+    abs_log_rho_mean: float | None
+    rho_clipped_frac: float | None
+    c_clipped_frac: float | None
+    rho_beyond_frac: float | None
+    rho_clipped_mass: float | None
+    learning_rate: float | None
+    # Where it ran.
+    devices: int
+    num_processes: int
+    process_id: int
+    learner_devices: int
+    learner_batch: int
+    learner_params_digest: str
+    actor_params_digest: str
+    backend: str
+    logdir: str | None
+    config: dict  # the Config as a dict (--num-seeds' per-seed summary: that seed's --seed)
+    # The actor's policy speed (accerl_jax.platform.speed.policy_speedup; None when the run stopped early) and the
+    # per-update cost split (accerl_jax.loops.pieces.cost_split; None where not measured).
+    actor_policy_speedup: float | None
+    base_forward_s: float | None
+    actor_forward_s: float | None
+    forward_batch: int
+    cost_split: dict | None
+    # This session's start-up (accerl_jax.run.driver.STARTUP_SCOPE) and its compilation cache.
+    startup_s: float | None
+    startup_before_train_s: float
+    startup_scope: str
+    compile_cache: str | None
+    compile_cache_hits: int
+    compile_cache_misses: int
+    # Only where they apply (left out of to_json() when None): the XLA configurations the policy speed
+    # was measured in; --num-seeds > 1 in the run's own summary: one seed's env steps, each seed's final
+    # return and each seed's own summary (without config and learner_network).
+    base_config: str | None = None
+    actor_config: str | None = None
+    env_steps_per_seed: int | None = None
+    final_return_mean_per_seed: list | None = None
+    seeds: list | None = None
+    # The loop's own fields (accerl_jax.run.driver.Stepper.fields: "loop", its waits, --compressor auto's
+    # decisions, ...), added last (a loop may restate env_time_source).
+    loop_fields: dict = dataclasses.field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple] = ("base_config", "actor_config", "env_steps_per_seed", "final_return_mean_per_seed",
+                                 "seeds")
+
+    def to_json(self) -> dict:
+        """The summary as written to ``summary.json`` (a fresh dict; JSON types)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "loop_fields" or (f.name in self.OPTIONAL and value is None):
+                continue
+            out[f.name] = value
+        out.update(self.loop_fields)
+        return out
 
 
 def write_summary(logdir: str, summary: dict) -> None:

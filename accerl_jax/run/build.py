@@ -24,7 +24,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax.platform import speed, xla
 from accerl_jax.run import distributed
-from accerl_jax.actor import make_actor
+from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
@@ -111,28 +111,49 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
         distill_learning_rate=cfg.distill_learning_rate, distill_async=cfg.distill_async)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """Where a run writes: its folder (process 0's; a temporary one on another process of a multi-host
+    run), its checkpointer, the folder's lock and the Monitor.
+
+    ``claimed`` is True for a new run's folder claimed by this session
+    (:func:`accerl_jax.run.folder.claim_logdir`): it is freed again if the run stops before its first
+    update finished (:func:`accerl_jax.run.folder.free_claim`); a resumed run's folder is never claimed,
+    its checkpoints are never removed.
+    """
+
+    logdir: str
+    saver: checkpoint.Checkpointer
+    lock: Any  # accerl_jax.run.folder.RunLock, held until the summary is written (or the run is torn down)
+    monitor: Monitor
+    claimed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
-    """Everything a loop needs, built by :func:`setup`.
+    """A built run: what the :class:`~accerl_jax.run.plan.Plan` decided (``plan``, with ``cfg``), the parts
+    :func:`build` made for it, where it writes (``outputs``) and where this session starts.
 
     ``restored`` is the :class:`~accerl_jax.run.checkpoint.TrainState` of a ``--resume`` checkpoint (else None)
-    and ``extra`` its metadata (``completed`` updates, Monitor state, ...; empty for a new run).
+    and ``extra`` its metadata (``completed`` updates, Monitor state, ...; empty for a new run), from
+    which this session starts at update ``start_update``.
     ``learner_logits``/``actor_logits`` are jitted ``(params, obs [N, *obs_shape]) -> policy outputs``;
     ``divergence(learner_out, actor_out) -> {kl_learner_actor, action_agreement}`` suits the action space.
     """
 
+    # What was decided.
     cfg: Config
     plan: plan_lib.Plan
-    config_json: dict
-    logdir: str
-    wall_start: float  # time.perf_counter() at the start (earlier by the resumed run's wall time)
+    # The built parts.
     env: Any
     info: Any  # accerl_jax.envs.EnvInfo
     learner_apply: Callable
     loss_apply: Callable
     compressor: Compressor
     actor_apply: Callable
-    actor: Any  # accerl_jax.actor.ShardedActor (gymnax) | HostActor (envpool)
+    # accerl_jax.actor.ShardedActor (gymnax) | HostActor (envpool) | AnakinActor (envpool, --loop anakin:
+    # stepped through the pool's XLA interface inside the fused program)
+    actor: Any
     # apply -> the same actor (envs, groups, placement) running another policy (gymnax; None for envpool):
     # the cost split times the learner's own policy's rollout with it.
     actor_for: Callable | None
@@ -152,35 +173,18 @@ class Run:
     actor_logits: Callable
     divergence: Callable
     mesh: Any  # the learner's 1-D mesh: all devices of all processes (jax.sharding.Mesh)
-    saver: checkpoint.Checkpointer
-    lock: Any
-    monitor: Monitor
-    resume_point: Any
+    # Where it writes.
+    outputs: Outputs
+    # Where this session starts.
+    wall_start: float  # time.perf_counter() at the start (earlier by the resumed run's wall time)
     restored: Any
     extra: dict
-
-    # What the plan decided, read from it (one source).
-    n_dev = property(lambda self: self.plan.local_devices)
-    steps_per_update = property(lambda self: self.plan.steps_per_update)  # num_envs x rollout_length x processes
-    num_updates = property(lambda self: self.plan.num_updates)
-    spec = property(lambda self: self.plan.spec)
-    loss_cfg = property(lambda self: self.plan.loss)
-    num_processes = property(lambda self: self.plan.num_processes)
-    process_id = property(lambda self: self.plan.process_id)  # only 0 writes; the others' logdir is temporary
-
-    @property
-    def writer(self) -> bool:
-        """True on the process that writes the run's outputs (process 0)."""
-        return self.process_id == 0
-
-    @property
-    def start_update(self) -> int:
-        return self.extra.get("completed", 0)
+    start_update: int  # updates completed before this session (extra["completed"]; 0 for a new run)
 
 
-def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | None = None) -> Run:
+def setup(cfg: Config, before_write: Callable[[], None] | None = None) -> Run:
     """Plan ``cfg`` on this machine (:func:`plan_run`) and build its :class:`Run` (:func:`build`); a new
-    run's folder is claimed and appended to ``claimed``.
+    run's folder is claimed (``Run.outputs.claimed``).
 
     ``before_write`` is called after every check and before the first file is written (multi-host: the
     processes' vote, :class:`accerl_jax.run.distributed.SetupVote`).
@@ -190,7 +194,7 @@ def setup(cfg: Config, claimed: list[str], before_write: Callable[[], None] | No
         checkpoint), raised before anything is written.
     """
     plan, env, wall_start = plan_run(cfg)
-    return build(cfg, plan, env, claimed, before_write, wall_start)
+    return build(cfg, plan, env, before_write, wall_start)
 
 
 def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
@@ -226,11 +230,12 @@ def plan_run(cfg: Config) -> tuple[plan_lib.Plan, Any, float]:
     return plan_lib.make_plan(cfg, env.info, machine, folder), env, wall_start
 
 
-def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
+def build(cfg: Config, plan: plan_lib.Plan, env,
           before_write: Callable[[], None] | None = None, wall_start: float | None = None) -> Run:
     """Build the :class:`Run` that ``plan`` (made for ``cfg`` by :func:`accerl_jax.run.plan.make_plan`) says,
     on the environments ``env`` it was made for; checks nothing the plan decides. A new run's folder is
-    claimed (appended to ``claimed``); a ``--resume`` checkpoint is restored.
+    claimed (``Run.outputs.claimed``; freed again if a signal stops the build); a ``--resume`` checkpoint
+    is restored.
 
     ``before_write`` is called before the first file is written. With several processes
     (``plan.num_processes > 1``) the learner's mesh spans all of their devices (:mod:`accerl_jax.run.shards`),
@@ -261,6 +266,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
             print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
     if before_write is not None:
         before_write()
+    claimed = False  # a new run's folder claimed here
     held = None  # --overwrite: the run folder's lock, taken before anything in the folder is deleted
     if logdir is None:  # a multi-host process other than 0: its files are thrown away
         logdir = tempfile.mkdtemp(prefix=f"accerl-process{pid}-")
@@ -271,98 +277,106 @@ def build(cfg: Config, plan: plan_lib.Plan, env, claimed: list[str],
             held = run_folder.lock_run(logdir) if os.path.isdir(logdir) else None
             run_folder.remove_run(logdir, keep_lock=held is not None)
         claim_logdir(logdir)
-        claimed.append(logdir)
+        claimed = True
 
-    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
-    # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
-    # here it needs only the shapes (a --resume checkpoint's template), which compile nothing.
-    shapes_only = plan.loop == "anakin"
-    init_params = functools.partial(networks.init_params, spec)
-    params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
-    # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
-    optimizer_steps = num_updates * loss_cfg.optimizer_steps
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
-    # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
-    # --actor-device cpu-apart on XLA:CPU, where the actor runs).
-    mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
-    # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
-    # sequential loop keeps process-local state and its update assembles the global batch.
-    global_state = n_proc == 1 or plan.loop == "anakin"
-    state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
-    make_learner = functools.partial(
-        learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh,
-        learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
-    learner = make_learner()
-    update = learner.update
-    reuse = plan.takes_teacher and cfg.distill_reuse_teacher
-    teacher_update = make_learner(outputs=True).update if reuse else None
-    init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
-    state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
-    if n_proc > 1:
-        if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
-            update = make_global_update(update, mesh)
-            teacher_update = make_global_update(teacher_update, mesh) if reuse else None
-    actor_apply = compressor.actor_apply(learner_apply)
-    actor_for = None
-    if info.jittable:
-        # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
-        # number of devices and processes. A global state places all groups over the mesh; the sequential
-        # loop of several processes steps this process's own groups on its first device.
-        groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
-        actor_for = functools.partial(make_actor, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
-                                      family=spec.family, groups=groups, mesh=mesh if global_state else None)
-        actor = actor_for(actor_apply)
-    else:
-        actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
-        if n_proc > 1:  # host envs: each process samples its actions with its own key
-            k_actor = jax.random.fold_in(k_actor, pid)
-    learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
-    actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
-    divergence = gaussian_policy_divergence if info.continuous else policy_divergence
-
-    saver = checkpoint.Checkpointer(logdir, cfg.keep_checkpoints, config_json)
-    extra: dict = {}
-    restored = None
-    if resume_point is not None:
-        carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
-                          else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
-        obs_template = jax.ShapeDtypeStruct((info.num_envs,) + tuple(info.obs_shape), info.obs_dtype)
-        actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp, obs_template)
-        # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
-        n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
-        template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
-        if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
-            template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
-                                    template)
-        if n_proc > 1:  # read as host (numpy) arrays; the loop places them on the global mesh
-            template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
-        restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
     try:
-        lock = held or run_folder.lock_run(logdir)  # ConfigError if another process is writing this run
-    except ConfigError:
-        saver.close()
+        k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+        # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
+        # here it needs only the shapes (a --resume checkpoint's template), which compile nothing.
+        shapes_only = plan.loop == "anakin"
+        init_params = functools.partial(networks.init_params, spec)
+        params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
+        # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
+        optimizer_steps = num_updates * loss_cfg.optimizer_steps
+        optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
+        # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
+        # --actor-device cpu-apart on XLA:CPU, where the actor runs).
+        mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
+        # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
+        # sequential loop keeps process-local state and its update assembles the global batch.
+        global_state = n_proc == 1 or plan.loop == "anakin"
+        state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
+        make_learner = functools.partial(
+            learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh,
+            learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
+        learner = make_learner()
+        update = learner.update
+        reuse = plan.takes_teacher and cfg.distill_reuse_teacher
+        teacher_update = make_learner(outputs=True).update if reuse else None
+        init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
+        state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
+        if n_proc > 1:
+            if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
+                update = make_global_update(update, mesh)
+                teacher_update = make_global_update(teacher_update, mesh) if reuse else None
+        actor_apply = compressor.actor_apply(learner_apply)
+        actor_for = None
+        if info.jittable:
+            # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
+            # number of devices and processes. A global state places all groups over the mesh; the sequential
+            # loop of several processes steps this process's own groups on its first device.
+            groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
+            actor_for = functools.partial(make_actor, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
+                                          family=spec.family, groups=groups, mesh=mesh if global_state else None)
+            actor = actor_for(actor_apply)
+        elif plan.loop == "anakin":  # envpool stepped in the fused program through its XLA interface
+            actor = AnakinActor(env.xla(), actor_apply, cfg.rollout_length, family=spec.family)
+        else:
+            actor = make_actor(env, actor_apply, cfg.rollout_length, family=spec.family)
+            if n_proc > 1:  # host envs: each process samples its actions with its own key
+                k_actor = jax.random.fold_in(k_actor, pid)
+        learner_logits = xla.jit(lambda p, o: learner_apply(p, o)[0], spec.family)
+        actor_logits = xla.jit(lambda p, o: actor_apply(p, o)[0], spec.family)
+        divergence = gaussian_policy_divergence if info.continuous else policy_divergence
+
+        saver = checkpoint.Checkpointer(logdir, cfg.keep_checkpoints, config_json)
+        extra: dict = {}
+        restored = None
+        if resume_point is not None:
+            carry_template = (jax.eval_shape(actor.reset, k_actor) if info.jittable
+                              else jax.ShapeDtypeStruct(k_actor.shape, k_actor.dtype))
+            obs_template = jax.ShapeDtypeStruct((info.num_envs,) + tuple(info.obs_shape), info.obs_dtype)
+            actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp, obs_template)
+            # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
+            n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
+            template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
+            if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
+                template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
+                                        template)
+            if n_proc > 1:  # read as host (numpy) arrays; the loop places them on the global mesh
+                template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
+            restored, extra = saver.restore(resume_point, template)  # ConfigError if damaged or incompatible
+        try:
+            lock = held or run_folder.lock_run(logdir)  # ConfigError if another process is writing this run
+        except ConfigError:
+            saver.close()
+            raise
+        if resume_point is not None:
+            if pid == 0:
+                run_folder.trim_metrics(logdir, extra["completed"])
+                for k in range(cfg.num_seeds if cfg.num_seeds > 1 else 0):  # each seed's own rows
+                    run_folder.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
+            wall_start -= extra["wall_time_s"]
+        wandb = None
+        if (cfg.wandb or cfg.wandb_project) and pid == 0:
+            wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
+        monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
+                          append=resume_point is not None and pid == 0, wandb=wandb,
+                          purge_step=tensorboard_purge_step(extra.get("monitor")))
+        if extra:
+            monitor.load_state_dict(extra["monitor"])
+        return Run(
+            cfg=cfg, plan=plan, env=env, info=info, learner_apply=learner_apply, loss_apply=loss_apply,
+            compressor=compressor, actor_apply=actor_apply, actor=actor, actor_for=actor_for, optimizer=optimizer,
+            update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
+            k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
+            mesh=mesh, outputs=Outputs(logdir, saver, lock, monitor, claimed), wall_start=wall_start,
+            restored=restored, extra=extra, start_update=extra.get("completed", 0),
+        )
+    except KeyboardInterrupt:  # stopped while building: a new run's folder is freed for a rerun
+        if claimed:
+            run_folder.free_claim(logdir)
         raise
-    if resume_point is not None:
-        if pid == 0:
-            run_folder.trim_metrics(logdir, extra["completed"])
-            for k in range(cfg.num_seeds if cfg.num_seeds > 1 else 0):  # each seed's own rows
-                run_folder.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
-        wall_start -= extra["wall_time_s"]
-    wandb = None
-    if (cfg.wandb or cfg.wandb_project) and pid == 0:
-        wandb = {"project": cfg.wandb_project or "accerl_jax", "config": config_json}
-    monitor = Monitor(logdir, num_updates * steps_per_update, cfg.return_window, cfg.progress and pid == 0,
-                      append=resume_point is not None and pid == 0, wandb=wandb,
-                      purge_step=tensorboard_purge_step(extra.get("monitor")))
-    if extra:
-        monitor.load_state_dict(extra["monitor"])
-    return Run(
-        cfg=cfg, plan=plan, config_json=config_json, logdir=logdir, wall_start=wall_start, env=env, info=info,
-        learner_apply=learner_apply, loss_apply=loss_apply, compressor=compressor, actor_apply=actor_apply,
-        actor=actor, actor_for=actor_for, optimizer=optimizer, update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
-        k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
-        mesh=mesh, saver=saver, lock=lock, monitor=monitor, resume_point=resume_point, restored=restored, extra=extra,
-    )
 
 
 def tensorboard_purge_step(monitor_state: dict | None) -> int | None:

@@ -37,6 +37,7 @@ from accerl_jax.run import checkpoint, folder as run_folder
 from accerl_jax.run import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
+from accerl_jax.monitor.summary import Summary
 from accerl_jax.run.build import SPEED_FORWARDS, Run, tensorboard_purge_step
 from accerl_jax.run.shards import params_digest
 from accerl_jax.run.signals import Interrupted, StopSignals, signal_name
@@ -106,7 +107,7 @@ class Final(NamedTuple):
 class Result(NamedTuple):
     """What a run returns: its summary and the final state of its first seed."""
 
-    summary: dict  # the run's summary (also written to <logdir>/summary.json; README, "Outputs")
+    summary: dict  # the run's summary: Summary.to_json() (accerl_jax.monitor.summary), also <logdir>/summary.json
     learner_params: Any  # the learner's final parameters
     actor_params: Any  # the freshest compressed parameters
     obs: Optional[np.ndarray]  # [T * B, *obs_shape] the last rollout's observations; None: no rollout ran
@@ -116,7 +117,7 @@ class Stepper(Protocol):
     """A loop: produces updates, nothing else (module docstring)."""
 
     def steps(self, driver: "Driver") -> Iterator[Step]:
-        """Run updates from ``run.start_update`` to ``run.num_updates``; before each new update (or chunk)
+        """Run updates from ``run.start_update`` to ``run.plan.num_updates``; before each new update (or chunk)
         call ``driver.keep_going(completed)`` and end when it is False."""
 
     def row(self, update: int) -> list:
@@ -133,8 +134,9 @@ class Stepper(Protocol):
         """Per seed: the :class:`Final` state."""
 
     def fields(self, times: dict) -> dict:
-        """Loop-specific summary fields (``loop``, per-stage times, ...); ``times`` are the run's stage
-        seconds so far (stage -> seconds, every session's)."""
+        """Loop-specific summary fields (``loop``, per-stage times, ...: the summary's ``loop_fields``,
+        :class:`~accerl_jax.monitor.summary.Summary`); ``times`` are the run's stage seconds so far
+        (stage -> seconds, every session's)."""
 
     def cost_split(self) -> dict:
         """The per-update cost split of the loop's pieces, measured after training
@@ -152,16 +154,16 @@ def seed_monitors(run: Run) -> list[Monitor]:
     <accerl_jax.monitor.Monitor.seeds>`)."""
     cfg = run.cfg
     if cfg.num_seeds == 1:
-        return [run.monitor]
+        return [run.outputs.monitor]
     monitors = []
     for k in range(cfg.num_seeds):
         state = run.extra["seed_monitors"][k] if run.extra else None
-        m = Monitor(os.path.join(run.logdir, f"seed{k}"), run.num_updates * run.steps_per_update, cfg.return_window,
-                    progress=False, append=run.resume_point is not None, purge_step=tensorboard_purge_step(state))
+        m = Monitor(os.path.join(run.outputs.logdir, f"seed{k}"), run.plan.num_updates * run.plan.steps_per_update,
+                    cfg.return_window, progress=False, append=run.plan.resume is not None, purge_step=tensorboard_purge_step(state))
         if state is not None:
             m.load_state_dict(state)
         monitors.append(m)
-    run.monitor.seeds = monitors
+    run.outputs.monitor.seeds = monitors
     return monitors
 
 
@@ -171,13 +173,12 @@ class Driver:
     Args:
       run: the built run (:func:`accerl_jax.run.build.setup`).
       stop: the signal handler of this training call.
-      claimed: the new run's folder while it holds no finished update (emptied at the first one).
       entered_s: :func:`accerl_jax.platform.clock.process_age` when the training call began (None: now), so that
         the summary splits the start-up into what ran before it (interpreter, imports, parsing) and after.
     """
 
-    def __init__(self, run: Run, stop: StopSignals, claimed: list[str], entered_s: float | None = None):
-        self.run, self.stop, self.claimed = run, stop, claimed
+    def __init__(self, run: Run, stop: StopSignals, entered_s: float | None = None):
+        self.run, self.stop = run, stop
         self.entered_s = clock.process_age() if entered_s is None else entered_s
         self.startup_s: Optional[float] = None  # process age when this session's first update finished
         self.cache_before = compile_cache.counts()
@@ -196,7 +197,7 @@ class Driver:
         signals are armed here); returns False when one has."""
         if completed > self.run.start_update:
             self.stop.armed = True
-        if self.run.num_processes > 1:
+        if self.run.plan.num_processes > 1:
             self._agree_on_stop()
         return self.stop.requested is None
 
@@ -212,7 +213,7 @@ class Driver:
 
     def row_due(self, update: int) -> bool:
         """Whether update ``update`` gets a Monitor row (every ``--log-every``-th and the last)."""
-        return update % self.run.cfg.log_every == 0 or update == self.run.num_updates
+        return update % self.run.cfg.log_every == 0 or update == self.run.plan.num_updates
 
     # -- the life ----------------------------------------------------------------------------------------
     def drive(self, stepper: Stepper) -> Result:
@@ -247,7 +248,7 @@ class Driver:
     def _record(self, events: Events) -> None:
         """Write what happened besides the updates: stage seconds, auto decisions and logged refreshes
         (at the env steps counted so far)."""
-        monitor = self.run.monitor
+        monitor = self.run.outputs.monitor
         for stage, seconds in events.stage_s.items():
             monitor.add_time(stage, seconds)
         for decision in events.decisions:
@@ -263,13 +264,12 @@ class Driver:
         self._record(step.events)
         for k, m in enumerate(self.monitors):
             e = step.episodes[k]
-            steps = step.updates * run.steps_per_update
+            steps = step.updates * run.plan.steps_per_update
             m.record_episodes(e.episode_return, e.finished, steps, episode_length=e.episode_length)
         if len(self.monitors) > 1:  # one seed's steps (the shared x axis), every seed's episodes
-            run.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
+            run.outputs.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
         self.metrics = step.metrics
         self.completed = step.update
-        self.claimed.clear()  # the folder now holds a run (its checkpoints and summary are kept)
         if step.bad is not None:  # the diverged state is never saved: the last good checkpoint stays
             b = step.bad
             where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
@@ -293,7 +293,7 @@ class Driver:
         extra = self.stepper.row(update)
         env_s = self.stepper.env_seconds(update)
         if env_s is not None:  # a fused actor's calibrated env share of its time
-            run.monitor.set_env_time(min(env_s, run.monitor.times["actor"]))
+            run.outputs.monitor.set_env_time(min(env_s, run.outputs.monitor.times["actor"]))
         rows = []
         for k, m in enumerate(self.monitors):
             if refresh:
@@ -302,7 +302,7 @@ class Driver:
             m.log(update, row)
             rows.append(row)
         if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
-            run.monitor.log(update, rows[0])
+            run.outputs.monitor.log(update, rows[0])
         self.metrics, self.logged = rows, update
 
     def save(self, step: int) -> None:
@@ -310,10 +310,10 @@ class Driver:
         run, stop = self.run, self.stop
         deferring, stop.deferring = stop.deferring, True
         try:
-            run.saver.save(step, self.snapshot, {
-                "completed": step, "monitor": run.monitor.state_dict(),
+            run.outputs.saver.save(step, self.snapshot, {
+                "completed": step, "monitor": run.outputs.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
-                "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.num_processes,
+                "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.plan.num_processes,
                 **self.stepper.extra(),
             })
         finally:
@@ -323,14 +323,14 @@ class Driver:
         for m in self.monitors:
             m.close()
         if len(self.monitors) > 1:
-            self.run.monitor.close()
-        self.run.saver.close()
+            self.run.outputs.monitor.close()
+        self.run.outputs.saver.close()
 
     def _fail(self) -> None:
         """A stepper raised: save its last completed update (if any ran), close everything."""
         run = self.run
         try:
-            if self.completed > run.start_update and run.saver.last_step != self.completed:
+            if self.completed > run.start_update and run.outputs.saver.last_step != self.completed:
                 self.save(self.completed)
         finally:
             self._release()
@@ -340,12 +340,12 @@ class Driver:
         frees its folder for a rerun."""
         run = self.run
         self._close_outputs()
-        run.lock.release()
+        run.outputs.lock.release()
         if self.completed == run.start_update == 0:
-            run_folder.remove_run(run.logdir)
+            run_folder.remove_run(run.outputs.logdir)
             for m in self.monitors if len(self.monitors) > 1 else []:
                 m.discard()
-            run.monitor.discard()
+            run.outputs.monitor.discard()
 
     def _startup(self) -> dict:
         """This session's start-up: process start to its first update (Anakin: its first chunk), and the
@@ -361,12 +361,12 @@ class Driver:
         run, stepper = self.run, self.stepper
         final = stepper.final()
         try:
-            if self.stopped != "diverged" and run.saver.last_step != self.completed:
+            if self.stopped != "diverged" and run.outputs.saver.last_step != self.completed:
                 self.save(self.completed)
             if self.logged != self.completed:  # an interrupted run's last updates get their row too
                 self._log(self.completed, None)
             f0 = final[0]
-            measure = self.stopped is None and run.writer and f0.obs is not None
+            measure = self.stopped is None and run.plan.process_id == 0 and f0.obs is not None
             report = measure_speed(run, f0.learner, f0.actor_params, f0.obs) if measure else unmeasured_speed(run)
             start = time.perf_counter()
             report["cost_split"] = (stepper.cost_split() if measure else {}) or None
@@ -383,9 +383,10 @@ class Driver:
         return Result(summary, f0.learner.params, f0.actor_params, obs)
 
     def _summary(self, final: list, report: dict) -> dict:
-        """Write the summary (each seed's too) and return the run's."""
+        """Write the summary (each seed's too) and return the run's (:meth:`Summary.to_json
+        <accerl_jax.monitor.summary.Summary.to_json>`)."""
         run, stepper = self.run, self.stepper
-        fields = stepper.fields(dict(run.monitor.times))
+        fields = stepper.fields(dict(run.outputs.monitor.times))
         skipped = stepper.extra().get("skipped_updates", 0)
         skipped = [int(s) for s in np.asarray(skipped).reshape(-1)]
         if self.stopped is None and self.completed > 0 and 2 * max(skipped) > self.completed:
@@ -396,12 +397,13 @@ class Driver:
             self.stop_reason = (f"{skipped[k]} of {self.completed} updates{where} skipped for non-finite quantities "
                                 "(--on-nan skip): most of the run did not train")
         common = dict(completed=self.completed, stopped=self.stopped, stop_reason=self.stop_reason,
-                      exit_signal=self.stop.requested, speed_report=report, **self._startup(), **fields)
+                      exit_signal=self.stop.requested, speed_report=report, startup=self._startup(),
+                      loop_fields=fields)
         if len(self.monitors) == 1:
             return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                             skipped_updates=skipped[0], **common)
-        last_checkpoint = (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(run.saver.last_step))
-                           if run.saver.last_step is not None else None)
+                             skipped_updates=skipped[0], **common).to_json()
+        last_checkpoint = (os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(run.outputs.saver.last_step))
+                           if run.outputs.saver.last_step is not None else None)
         per_seed = []
         seeds = len(self.monitors)
         seed_scope = (f"per seed: this seed's env steps / the whole run's wall_time_s ({seeds} seeds ran together; "
@@ -409,18 +411,20 @@ class Driver:
         for k, m in enumerate(self.monitors):
             per_seed.append(summarize(run, seed=k, state=final[k].learner, actor_params=final[k].actor_params,
                                       metrics=self.metrics[k], skipped_updates=skipped[k],
-                                      last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope, **common))
+                                      last_checkpoint=last_checkpoint, steps_per_s_scope=seed_scope,
+                                      **common).to_json())
         # The run's Monitor counts one seed's steps; the run itself stepped every seed's envs.
-        steps = run.monitor.env_steps * seeds
+        monitor = run.outputs.monitor
+        steps = monitor.env_steps * seeds
         wall = time.perf_counter() - run.wall_start
         return summarize(run, state=final[0].learner, actor_params=final[0].actor_params, metrics=self.metrics[0],
-                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=run.monitor.env_steps,
-                         steps_per_s=steps / wall, steps_per_s_per_seed=run.monitor.env_steps / wall,
+                         skipped_updates=sum(skipped), total_env_steps=steps, env_steps_per_seed=monitor.env_steps,
+                         steps_per_s=steps / wall, steps_per_s_per_seed=monitor.env_steps / wall,
                          steps_per_s_scope=f"all {seeds} seeds' env steps / wall_time_s ({WHOLE_RUN}); "
                                            "steps_per_s_per_seed: one seed's",
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
                          seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
-                                for p in per_seed], **common)
+                                for p in per_seed], **common).to_json()
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
@@ -428,7 +432,7 @@ def measure_speed(run: Run, state, actor_params, obs) -> dict:
     ``obs [T, B, *obs_shape]`` (the first :data:`~accerl_jax.run.build.SPEED_FORWARDS` steps are used); with
     ``--compressor none`` only the learner's policy is timed (the actor runs it: speedup 1)."""
     return speed.policy_speedup(run.learner_apply, state.params, run.actor_apply, actor_params,
-                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.spec.family,
+                                obs[: min(SPEED_FORWARDS, run.cfg.rollout_length)], family=run.plan.spec.family,
                                 identical=run.cfg.compressor == "none")
 
 
@@ -448,92 +452,94 @@ WHOLE_RUN = "the whole run: setup, compilation, training and the final measureme
 
 def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, stopped: str | None,
               stop_reason: str | None, exit_signal: int | None, skipped_updates: int, speed_report: dict,
-              seed: int | None = None, **fields) -> dict:
-    """Build the run's summary, draw its curves, write ``summary.json`` and release the run's lock; with
-    ``seed`` (an index of ``--num-seeds``), that seed's summary instead, from its own Monitor
-    (``run.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``), releasing nothing.
+              startup: dict, loop_fields: dict, seed: int | None = None, **given) -> Summary:
+    """Build the run's :class:`~accerl_jax.monitor.summary.Summary`, draw its curves, write
+    ``summary.json`` and release the run's lock; with ``seed`` (an index of ``--num-seeds``), that seed's
+    summary instead, from its own Monitor (``run.outputs.monitor.seeds[seed]``, in ``<logdir>/seed<k>/``),
+    releasing nothing.
 
-    ``fields`` are loop-specific entries added to the summary (e.g. ``loop``, per-stage times).
-    Returns the summary dict (see README, "Outputs").
+    ``speed_report`` (:func:`measure_speed` or :func:`unmeasured_speed`, with ``cost_split``) and
+    ``startup`` (:meth:`Driver._startup`) are Summary fields; ``loop_fields`` the loop's own
+    (:meth:`Stepper.fields`); ``given`` are Summary fields that the caller measured itself (the run's
+    summary of several seeds: its steps, rates and per-seed fields; a seed's: the run's last checkpoint).
     """
-    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.monitor, run.saver, run.logdir
+    cfg, info, monitor, saver, logdir = run.cfg, run.info, run.outputs.monitor, run.outputs.saver, run.outputs.logdir
     if seed is not None:
         cfg, monitor = dataclasses.replace(cfg, seed=cfg.seed + seed), monitor.seeds[seed]
         logdir = monitor.logdir
     times = monitor.times
     wall = time.perf_counter() - run.wall_start
     final = jax.device_get(metrics)
-    summary = {
-        "env": cfg.env,
-        "compressor": cfg.compressor,
-        "corrector": cfg.corrector,
-        "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.run.plan.make_loss_config)
-        "epochs": run.loss_cfg.epochs,
-        "minibatches": run.loss_cfg.minibatches,
-        "policy_lag": cfg.policy_lag,
-        "seed": cfg.seed,
-        "num_envs": info.num_envs,
-        "rollout_length": cfg.rollout_length,
-        "updates": completed,
-        "stopped": stopped,
-        "stop_reason": stop_reason,
-        "exit_signal": signal_name(exit_signal) if stopped == "interrupted" else None,
-        "skipped_updates": skipped_updates,
-        "resumed_from_update": run.resume_point.step if run.resume_point is not None else None,
-        "last_checkpoint": (os.path.join(run.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
-                            if saver.last_step is not None else None),
-        "checkpoint_time_s": saver.seconds,
-        "total_env_steps": monitor.env_steps,
-        "wall_time_s": wall,
-        "actor_time_s": times["actor"],
-        "env_time_s": times["env"],
-        "env_time_source": "calibrated: env-only rollouts with random actions" if info.jittable else "measured",
-        "inference_time_s": times["inference"],
-        "learner_time_s": times["learner"],
-        "compress_time_s": times["compress"],
-        "distill_time_s": times["distill"],
-        "final_return_mean": monitor.return_mean if monitor.has_returns else None,
-        "final_length_mean": monitor.length_mean if monitor.has_returns else None,
-        "return_window": cfg.return_window,
-        "returns_averaged": min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
-        "episodes": monitor.episodes,
-        "episodes_nonfinite": monitor.nonfinite_episodes,  # finished with a NaN/inf return, not averaged
-        "steps_per_s": monitor.env_steps / wall,
-        # Added beside steps_per_s (kept as it was): what it counts, and one seed's rate (with --num-seeds the
-        # run's own summary counts all seeds' steps in steps_per_s).
-        "steps_per_s_per_seed": monitor.env_steps / wall,
-        "steps_per_s_scope": f"env steps / wall_time_s ({WHOLE_RUN})",
-        # Between this session's first and last logged row: compilation and start-up left out.
+    last = lambda k: float(final[k]) if k in final else None  # noqa: E731  the last update's metric, if reported
+    fields = dict(
+        env=cfg.env,
+        compressor=cfg.compressor,
+        corrector=cfg.corrector,
+        loss=run.plan.loss.loss,
+        epochs=run.plan.loss.epochs,
+        minibatches=run.plan.loss.minibatches,
+        policy_lag=cfg.policy_lag,
+        seed=cfg.seed,
+        num_envs=info.num_envs,
+        rollout_length=cfg.rollout_length,
+        updates=completed,
+        stopped=stopped,
+        stop_reason=stop_reason,
+        exit_signal=signal_name(exit_signal) if stopped == "interrupted" else None,
+        skipped_updates=skipped_updates,
+        resumed_from_update=run.plan.resume.step if run.plan.resume is not None else None,
+        last_checkpoint=(os.path.join(run.outputs.logdir, checkpoint.CHECKPOINT_DIR, str(saver.last_step))
+                         if saver.last_step is not None else None),
+        checkpoint_time_s=saver.seconds,
+        total_env_steps=monitor.env_steps,
+        wall_time_s=wall,
+        actor_time_s=times["actor"],
+        env_time_s=times["env"],
+        env_time_source="calibrated: env-only rollouts with random actions" if info.jittable else "measured",
+        inference_time_s=times["inference"],
+        learner_time_s=times["learner"],
+        compress_time_s=times["compress"],
+        distill_time_s=times["distill"],
+        final_return_mean=monitor.return_mean if monitor.has_returns else None,
+        final_length_mean=monitor.length_mean if monitor.has_returns else None,
+        return_window=cfg.return_window,
+        returns_averaged=min(len(m.returns) for m in monitor.seeds) if monitor.seeds else len(monitor.returns),
+        episodes=monitor.episodes,
+        episodes_nonfinite=monitor.nonfinite_episodes,
+        steps_per_s=monitor.env_steps / wall,
+        steps_per_s_per_seed=monitor.env_steps / wall,
+        steps_per_s_scope=f"env steps / wall_time_s ({WHOLE_RUN})",
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
-        # The actor's fidelity over the logged rows (KL, agreement, lag: mean and worst), not only at the end.
         **summary_lib.fidelity(monitor.rows),
-        "learner_network": dataclasses.asdict(run.spec),
-        "learner_params": networks.param_count(state.params),
-        "actor_params": networks.param_count(actor_params),
-        "actor_param_bytes": networks.param_bytes(actor_params),
-        "kl_learner_actor": float(final["kl_learner_actor"]) if "kl_learner_actor" in final else None,
-        "action_agreement": float(final["action_agreement"]) if "action_agreement" in final else None,
-        # The last update's importance ratios π/μ: mean |log ρ|, fractions with ρ > ρ̄, ρ > c̄ and
-        # ρ > ρ̄ · CLIP_MARGIN, the share of Σρ that clipping at ρ̄ removes.
-        **{k: float(final[k]) if k in final else None
-           for k in ("abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac", "rho_clipped_mass",
-                     "learning_rate")},
-        "devices": run.n_dev,
-        "num_processes": run.num_processes,
-        "process_id": run.process_id,
-        "learner_devices": int(run.mesh.devices.size),
-        "learner_batch": info.num_envs * run.num_processes,
-        "learner_params_digest": params_digest(state.params),
-        "actor_params_digest": params_digest(actor_params),
-        "backend": jax.default_backend(),
-        "logdir": logdir,
-        "config": dataclasses.asdict(cfg),
+        learner_network=dataclasses.asdict(run.plan.spec),
+        learner_params=networks.param_count(state.params),
+        actor_params=networks.param_count(actor_params),
+        actor_param_bytes=networks.param_bytes(actor_params),
+        kl_learner_actor=last("kl_learner_actor"),
+        action_agreement=last("action_agreement"),
+        abs_log_rho_mean=last("abs_log_rho_mean"),
+        rho_clipped_frac=last("rho_clipped_frac"),
+        c_clipped_frac=last("c_clipped_frac"),
+        rho_beyond_frac=last("rho_beyond_frac"),
+        rho_clipped_mass=last("rho_clipped_mass"),
+        learning_rate=last("learning_rate"),
+        devices=run.plan.local_devices,
+        num_processes=run.plan.num_processes,
+        process_id=run.plan.process_id,
+        learner_devices=int(run.mesh.devices.size),
+        learner_batch=info.num_envs * run.plan.num_processes,
+        learner_params_digest=params_digest(state.params),
+        actor_params_digest=params_digest(actor_params),
+        backend=jax.default_backend(),
+        logdir=logdir,
+        config=dataclasses.asdict(cfg),
         **speed_report,
-        **fields,
-    }
-    if run.writer:  # multi-host: only process 0's outputs are kept
+        **startup,
+    )
+    summary = Summary(**dict(fields, **given), loop_fields=loop_fields)
+    if run.plan.process_id == 0:  # multi-host: only process 0's outputs are kept
         monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
-    monitor.write_summary(summary)
+    monitor.write_summary(summary.to_json())
     if seed is None:
-        run.lock.release()
+        run.outputs.lock.release()
     return summary

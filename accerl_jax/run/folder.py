@@ -121,6 +121,15 @@ def remove_run(logdir: str, keep_lock: bool = False) -> None:
             os.remove(path)
 
 
+def free_claim(logdir: str) -> None:
+    """Free a new run's folder claimed by :func:`claim_logdir` (a run stopped before its first update
+    finished), for a rerun: what the run wrote is removed (:func:`remove_run`), and the folder itself
+    if nothing else is left in it."""
+    remove_run(logdir)
+    if os.path.isdir(logdir) and not os.listdir(logdir):
+        os.rmdir(logdir)
+
+
 def trim_metrics(logdir: str, last_update: int) -> None:
     """Drop rows of ``<logdir>/metrics.csv`` and ``metrics.jsonl`` after ``last_update`` (logged after the
     checkpoint a run resumes from, so they will be logged again); each rewritten atomically, untouched if

@@ -140,23 +140,29 @@ def summary_keys(run: dict) -> dict:
     return {k: run.get(k) for k in keep if k in run}
 
 
-def train_in_process(fields: dict, target: float | None = None, trained: dict | None = None) -> dict:
-    """One :func:`accerl_jax.run.training.train` run of ``Config(**fields)`` in a fresh temporary log folder:
+def train_in_process(fields: dict, target: float | None = None) -> dict:
+    """One :func:`accerl_jax.run_training_result` run of ``Config(**fields)`` in a fresh temporary log folder:
     the summary's kept fields, the time to ``target`` (seconds from setup, compilation included) and the
     steady rate (None when the run logged too few rows)."""
+    return trained_in_process(fields, target)[0]
+
+
+def trained_in_process(fields: dict, target: float | None = None):
+    """:func:`train_in_process`'s fields and the run's :class:`accerl_jax.run.driver.Result` (its final
+    parameters, for experiments that study the trained policy)."""
     from accerl_jax.config import Config
-    from accerl_jax import run_training
+    from accerl_jax import run_training_result
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(**dict(dict(progress=False, checkpoint_every=0), **fields, logdir=os.path.join(tmp, "run")))
-        s = run_training(cfg, trained=trained)
-        out = summary_keys(s)
+        result = run_training_result(cfg)
+        out = summary_keys(result.summary)
         out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
         try:
             out["steady"] = steady_rate(cfg.logdir)
         except ValueError:
             out["steady"] = None
-    return out
+    return out, result
 
 
 def train_process(flags: list[str], seed: int, target: float | None, cache: str, python: str = sys.executable,

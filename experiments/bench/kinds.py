@@ -175,11 +175,10 @@ def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
     from accerl_jax.envs import make_env
     from accerl_jax.monitor import policy_divergence
 
-    trained: dict = {}
     fields = dict(o.get("fields", {}), env=o["env"], compressor="none", total_steps=o["teacher_steps"], seed=0)
-    teacher_run = harness.train_in_process(dict(fields, log_every=o["log_every"]) if "log_every" in o else fields,
-                                           trained=trained)
-    teacher = trained["learner_params"]
+    teacher_run, trained = harness.trained_in_process(
+        dict(fields, log_every=o["log_every"]) if "log_every" in o else fields)
+    teacher = trained.learner_params
     env = make_env(o["env"], o["num_envs"], 0)
     spec = networks.default_spec(env.info.obs_shape, env.info.num_actions, env.info.channels_first)
     learner_apply = networks.make_apply(spec)
