@@ -9,7 +9,7 @@ import pytest
 
 from accerl_jax import learner
 from accerl_jax.platform import speed
-from accerl_jax import run_training
+from accerl_jax import run_training, run_training_result
 from accerl_jax.run import folder as run_folder
 from accerl_jax.run import build as run_lib
 from accerl_jax.config import Config, ConfigError
