@@ -68,6 +68,8 @@ GROUPS = (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",
         "auto_candidates", "auto_every", "auto_max_clip")),
+    ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
+        "agent", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale", "n_step")),
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
@@ -106,6 +108,7 @@ UNSET = {
                                          "too, a single process"),
     "num_processes": ("INT", "unset: $JAX_NUM_PROCESSES"),
     "process_id": ("INT", "unset: $JAX_PROCESS_ID"),
+    "max_depth": ("INT", "unset: no limit but the simulations"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
 HIDDEN_SIZES_UNSET = "unset: 64 64 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
