@@ -138,9 +138,11 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     if rule == "passes-without-appo":
         settings = {"epochs": cfg.epochs, "minibatches": cfg.minibatches}
         given = " ".join(f"{flag(name)} {value}" for name, value in settings.items() if value not in (0, 1))
-        why = " (--loss auto with --corrector retrace)" if cfg.loss == "auto" else ""
+        why = "" if cfg.loss != "auto" else " (--agent search)" if loss == "search" else \
+            " (--loss auto with --corrector retrace)"
+        fix = "" if loss == "search" else ", or use --loss appo (not with retrace)"
         raise ConfigError(f"bad {given} with --loss {loss}{why}: it takes one gradient step per rollout; "
-                          "drop the flag, or use --loss appo (not with retrace)")
+                          f"drop the flag{fix}")
     if conflict is not None:
         raise ConfigError(f"bad --loss/--corrector combination: {conflict[1]}")
     return learner_lib.LossConfig(
