@@ -1,0 +1,177 @@
+"""The search agent (``--agent search``, :mod:`accerl_jax.search`): its value targets and loss at episode
+ends against plain-python computations, a short CartPole run that learns, the compressors running under
+the search, and its bad input (exit 2, one line)."""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from accerl_jax import networks
+from accerl_jax.envs import make_env
+from accerl_jax.learner import LossConfig
+from accerl_jax.loop import train
+from accerl_jax.plan import make_spec
+from accerl_jax.search.acting import SearchRollout
+from accerl_jax.search.targets import n_step_returns, search_loss_sums
+from accerl_jax.types import pack_bootstrap_obs
+from tiny_config import tiny_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GAMMA = 0.9
+
+
+def python_n_step(r, d, v, done, n):
+    """Plain-python n-step returns: sum rewards until n steps, an episode end or the rollout's end, then
+    bootstrap (a termination's d = 0 removes it)."""
+    t_len, b_len = r.shape
+    out = np.zeros_like(r)
+    for b in range(b_len):
+        for s in range(t_len):
+            g, disc = 0.0, 1.0
+            for k in range(n):
+                i = s + k
+                g += disc * r[i, b]
+                disc *= d[i, b]
+                if k == n - 1 or done[i, b] or i == t_len - 1:
+                    g += disc * v[i, b]
+                    break
+            out[s, b] = g
+    return out
+
+
+# [T = 7, B = 3]: column 0 terminates at 2 and truncates at 5; column 1 truncates at 1 and terminates at
+# the last row; column 2 runs through.
+TERMINATED = np.zeros((7, 3), bool)
+TRUNCATED = np.zeros((7, 3), bool)
+TERMINATED[2, 0] = TRUNCATED[5, 0] = TRUNCATED[1, 1] = TERMINATED[6, 1] = True
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_n_step_returns_match_a_plain_python_computation(n):
+    rng = np.random.default_rng(n)
+    r = rng.normal(size=(7, 3)).astype(np.float32)
+    v = rng.normal(size=(7, 3)).astype(np.float32) * 5
+    d = (GAMMA * (1 - TERMINATED)).astype(np.float32)
+    done = TERMINATED | TRUNCATED
+    got = np.asarray(n_step_returns(jnp.asarray(r), jnp.asarray(d), jnp.asarray(v), jnp.asarray(done), n))
+    np.testing.assert_allclose(got, python_n_step(r, d, v, done, n), rtol=1e-5, atol=1e-5)
+    # The cut is real: at the terminated step nothing after it counts; a truncated step bootstraps its own v.
+    np.testing.assert_allclose(got[2, 0], r[2, 0], rtol=1e-6)
+    np.testing.assert_allclose(got[5, 0], r[5, 0] + GAMMA * v[5, 0], rtol=1e-5)
+
+
+def test_search_loss_sums_at_episode_ends():
+    """The loss's sums on a hand-built [T, B] rollout of a linear network: the cross-entropy to the action
+    weights and the value regression to n-step returns bootstrapped from the network's value at each true
+    next observation (a truncated step's final observation), over valid steps only."""
+    t_len, b_len, obs_dim, a_dim, n = 7, 3, 4, 2, 3
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(t_len, b_len, obs_dim)).astype(np.float32)
+    next_obs = np.concatenate([obs[1:], rng.normal(size=(1, b_len, obs_dim)).astype(np.float32)])
+    finals = TRUNCATED.copy()
+    finals[-1] = False
+    next_obs[finals] = rng.normal(size=(int(finals.sum()), obs_dim))  # the final observations of truncations
+    params = {"w": rng.normal(size=(obs_dim, a_dim)).astype(np.float32), "u": rng.normal(size=obs_dim).astype(np.float32)}
+
+    def apply(p, o):
+        return o @ p["w"], o @ p["u"]
+
+    weights = rng.dirichlet(np.ones(a_dim), size=(t_len, b_len)).astype(np.float32)
+    action = rng.integers(0, a_dim, size=(t_len, b_len)).astype(np.int32)
+    reward = rng.normal(size=(t_len, b_len)).astype(np.float32)
+    valid = np.ones((t_len, b_len), bool)
+    valid[3, 2] = False
+    batch = SearchRollout(
+        obs=obs, action=action, log_prob=np.log(np.take_along_axis(weights, action[..., None], -1)[..., 0]),
+        reward=reward, terminated=TERMINATED, truncated=TRUNCATED, valid=valid,
+        bootstrap_obs=pack_bootstrap_obs(obs, next_obs, TRUNCATED, 2), episode_return=np.zeros((t_len, b_len), np.float32),
+        episode_length=np.zeros((t_len, b_len), np.int32), action_weights=weights,
+        root_value=np.zeros((t_len, b_len), np.float32))
+    count, sums, outputs = search_loss_sums(params, apply, jax.tree.map(jnp.asarray, batch),
+                                            LossConfig(discount=GAMMA, loss="search", n_step=n))
+
+    logits, value = apply(params, obs)
+    log_pi = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    v_next = next_obs @ params["u"]
+    returns = python_n_step(reward, GAMMA * (1 - TERMINATED), v_next, TERMINATED | TRUNCATED, n)
+    assert float(count) == valid.sum()
+    np.testing.assert_allclose(float(sums["pg"]), -(weights * log_pi).sum(-1)[valid].sum(), rtol=1e-5)
+    np.testing.assert_allclose(float(sums["value"]), (0.5 * (returns - value) ** 2)[valid].sum(), rtol=1e-5)
+    np.testing.assert_allclose(float(sums["vs"]), returns[valid].sum(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(outputs.value), value, rtol=1e-5)
+
+
+def _greedy_first_returns(params, spec, envs: int = 32, steps: int = 500) -> float:
+    """Mean return of each env's first episode of the network's own greedy policy (no search) on CartPole;
+    an episode still running after ``steps`` counts ``steps``."""
+    env = make_env("gymnax:CartPole-v1", envs)
+    apply = networks.make_apply(spec)
+
+    def step(c, _):
+        s, obs = c
+        s, tr = env.step(s, jnp.argmax(apply(params, obs)[0], -1).astype(jnp.int32))
+        return (s, tr.obs), (tr.terminated | tr.truncated, tr.episode_return)
+
+    _, (done, ret) = jax.jit(lambda c: jax.lax.scan(step, c, None, length=steps))(env.reset(jax.random.PRNGKey(1)))
+    done, ret = np.asarray(done), np.asarray(ret)
+    return float(np.mean([ret[np.argmax(done[:, i]), i] if done[:, i].any() else steps for i in range(envs)]))
+
+
+tiny = functools.partial(tiny_config, agent="search", updates=2)
+SEED = int(os.environ.get("SEARCH_TEST_SEED", "0"))  # measuring other seeds: SEARCH_TEST_SEED=1 pytest ...
+
+
+def test_short_cartpole_search_run_learns(tmp_path):
+    """192 updates of 8 x 8 steps: the search's own return is far above a random policy's (~22), and the
+    learner's network alone (greedy, no search), trained only on the search's targets, beats both random
+    play and its initial self. Measured here (seeds 0, 1, 2, log every 32 updates): search return
+    85.3, 76.0, 87.9; the greedy network 97.6, 113.7, 331.6 against 9-12 at initialisation (with --log-every 10,
+    whose chunks round differently: 174, 500, 479)."""
+    cfg = tiny(tmp_path / "run", updates=192, learning_rate=1e-2, log_every=32, seed=SEED)
+    out = {}
+    summary = train(cfg, trained=out)
+    spec = make_spec(cfg, make_env(cfg.env, 1).info)
+    initial = networks.init_params(spec, jax.random.split(jax.random.PRNGKey(cfg.seed), 3)[0])
+    print(f"search return {summary['final_return_mean']:.1f}", end=" ")
+    assert summary["final_return_mean"] > 50
+    trained, untrained = _greedy_first_returns(out["learner_params"], spec), _greedy_first_returns(initial, spec)
+    print(f"greedy network {trained:.1f}, initially {untrained:.1f}")
+    assert trained > 50 and trained > 4 * untrained, (trained, untrained)
+
+
+@pytest.mark.parametrize("compressor", ["int8", "distill:small"])
+def test_compressors_run_under_the_search(tmp_path, compressor):
+    """The search calls whatever the compressor produced: two updates run with the search's loss, the
+    learner stays finite, and the actor's parameters are the compressed ones (int8 weights; a smaller
+    student)."""
+    out = {}
+    summary = train(tiny(tmp_path / "run", compressor=compressor, num_simulations=4), trained=out)
+    assert (summary["compressor"], summary["loss"], summary["updates"]) == (compressor, "search", 2)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
+    leaves = jax.tree.leaves(out["actor_params"])
+    if compressor == "int8":
+        assert any(x.dtype == jnp.int8 for x in leaves)
+    else:  # the student is smaller than the learner
+        assert sum(x.size for x in leaves) < sum(x.size for x in jax.tree.leaves(out["learner_params"]))
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--num-simulations", "0"], "bad --num-simulations 0"),
+    (["--env", "envpool:CartPole-v1"], "bad --env 'envpool:CartPole-v1' with --agent search"),
+    (["--loop", "sequential"], "bad --loop sequential with --agent search"),
+])
+def test_bad_search_input_exits_2_with_one_line(tmp_path, flags, expected):
+    proc = subprocess.run([sys.executable, "-m", "accerl_jax.train", "--agent", "search", "--logdir",
+                           str(tmp_path / "run"), "--no-progress", *flags], capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()
