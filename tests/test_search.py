@@ -108,6 +108,32 @@ def test_search_loss_sums_at_episode_ends():
     np.testing.assert_allclose(np.asarray(outputs.value), value, rtol=1e-5)
 
 
+def test_search_model_ends_at_terminal_states():
+    """The env as the model: from a CartPole state that terminates after any action, every simulation
+    backs up the one reward of the terminating step and nothing after it (discount 0, value 0 below), so
+    the root value falls from the network's 100 to (100 + S * 1) / (S + 1); from an upright state it stays
+    near 1 + γ 100."""
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = make_env("gymnax:CartPole-v1", 2)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    gym_state = state.env_state.replace(theta=jnp.array([0.205, 0.0]), theta_dot=jnp.array([2.0, 0.0]),
+                                        x=jnp.zeros(2), x_dot=jnp.zeros(2))
+    obs = jnp.stack([gym_state.x, gym_state.x_dot, gym_state.theta, gym_state.theta_dot], axis=1)
+
+    def apply(p, o):  # uniform prior, value 100 everywhere
+        return jnp.zeros((o.shape[0], 2)), jnp.full((o.shape[0],), 100.0)
+
+    s = 16
+    action, log_prob, weights, root_value = search_policy(apply, env.model, SearchSettings(num_simulations=s),
+                                                          None, obs, gym_state, jax.random.PRNGKey(1))
+    np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(log_prob), np.log(np.asarray(weights)[np.arange(2), np.asarray(action)]),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(root_value[0]), (100.0 + s) / (s + 1), rtol=1e-4)
+    assert float(root_value[1]) > 95.0
+
+
 def _greedy_first_returns(params, spec, envs: int = 32, steps: int = 500) -> float:
     """Mean return of each env's first episode of the network's own greedy policy (no search) on CartPole;
     an episode still running after ``steps`` counts ``steps``."""
