@@ -188,6 +188,29 @@ def test_compressors_run_under_the_search(tmp_path, compressor):
         assert sum(x.size for x in leaves) < sum(x.size for x in jax.tree.leaves(out["learner_params"]))
 
 
+def _device_main(logdir: str) -> None:
+    """In a subprocess with forced CPU devices: a few search updates; prints ``RESULT`` with the learner's
+    final parameter leaves and the episodes' returns."""
+    import json
+
+    out = {}
+    summary = train(tiny(logdir, updates=4, num_simulations=4, log_every=4), trained=out)
+    print("RESULT " + json.dumps({"devices": summary["devices"], "episodes": summary["episodes"],
+                                  "params": [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(out["learner_params"])]}))
+
+
+@pytest.mark.slow  # two fresh interpreters compile the search program: ~30-60 s on this CPU
+def test_one_and_two_devices_train_alike(tmp_path):
+    """The search's env groups sharded over 2 devices give the same episodes, and the learner's data-parallel
+    update the same parameters to float tolerance (measured: 3e-8 apart), as on one device."""
+    from two_devices import run_device_main
+
+    one, two = (run_device_main("test_search", n, args=(str(tmp_path / f"run{n}"),)) for n in (1, 2))
+    assert (one["devices"], two["devices"], one["episodes"]) == (1, 2, two["episodes"])
+    for a, b in zip(one["params"], two["params"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("flags, expected", [
     (["--num-simulations", "0"], "bad --num-simulations 0"),
     (["--env", "envpool:CartPole-v1"], "bad --env 'envpool:CartPole-v1' with --agent search"),
