@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +21,6 @@ from accerl_jax.search.targets import n_step_returns, search_loss_sums
 from accerl_jax.types import pack_bootstrap_obs
 from tiny_config import tiny_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GAMMA = 0.9
 
 
@@ -172,43 +169,81 @@ def test_short_cartpole_search_run_learns(tmp_path):
     assert trained > 50 and trained > 4 * untrained, (trained, untrained)
 
 
-@pytest.mark.parametrize("compressor", ["int8", "distill:small"])
-def test_compressors_run_under_the_search(tmp_path, compressor):
-    """The search calls whatever the compressor produced: two updates run with the search's loss, the
-    learner stays finite, and the actor's parameters are the compressed ones (int8 weights; a smaller
-    student)."""
+# One short int8 search run (2 updates, 4 simulations) in this process, shared by the tests below: the
+# compressor under the search, the summary's fields, and the one-device side of the 1-vs-2 devices check.
+SHORT = dict(updates=2, num_simulations=4, compressor="int8")
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
     out = {}
-    summary = train(tiny(tmp_path / "run", compressor=compressor, num_simulations=4), trained=out)
-    assert (summary["compressor"], summary["loss"], summary["updates"]) == (compressor, "search", 2)
+    summary = train(tiny(tmp_path_factory.mktemp("search") / "run", **SHORT), trained=out)
+    return summary, out
+
+
+def test_int8_runs_under_the_search(short_run):
+    """The search calls whatever the compressor produced: two updates run with the search's loss, the
+    learner stays finite, and the actor's parameters are the int8 ones."""
+    summary, out = short_run
+    assert (summary["compressor"], summary["loss"], summary["updates"]) == ("int8", "search", 2)
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
-    leaves = jax.tree.leaves(out["actor_params"])
-    if compressor == "int8":
-        assert any(x.dtype == jnp.int8 for x in leaves)
-    else:  # the student is smaller than the learner
-        assert sum(x.size for x in leaves) < sum(x.size for x in jax.tree.leaves(out["learner_params"]))
+    assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
 
 
-def _device_main(logdir: str) -> None:
-    """In a subprocess with forced CPU devices: a few search updates; prints ``RESULT`` with the learner's
-    final parameter leaves and the episodes' returns."""
+def test_distilled_student_runs_under_the_search(tmp_path):
+    """distill:small under the search (its smallest run: 4 envs x 4 steps, 2 simulations): the learner
+    stays finite and the actor's parameters are the smaller student's."""
+    out = {}
+    summary = train(tiny(tmp_path / "run", compressor="distill:small", num_simulations=2, num_envs=4,
+                         rollout_length=4), trained=out)
+    assert (summary["compressor"], summary["loss"], summary["updates"]) == ("distill:small", "search", 2)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
+    assert (sum(x.size for x in jax.tree.leaves(out["actor_params"]))
+            < sum(x.size for x in jax.tree.leaves(out["learner_params"])))
+
+
+def _device_main(logdir: str, short: bool = False) -> None:
+    """In a subprocess with forced CPU devices: a few search updates (``short``: the :data:`SHORT` run, else
+    4 updates without a compressor); prints ``RESULT`` with the learner's final parameter leaves and the
+    episodes' returns."""
     import json
 
     out = {}
-    summary = train(tiny(logdir, updates=4, num_simulations=4, log_every=4), trained=out)
+    kw = SHORT if short else dict(updates=4, num_simulations=4, log_every=4)
+    summary = train(tiny(logdir, **kw), trained=out)
     print("RESULT " + json.dumps({"devices": summary["devices"], "episodes": summary["episodes"],
+                                  "final_return_mean": summary["final_return_mean"],
                                   "params": [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(out["learner_params"])]}))
+
+
+def _assert_alike(one: dict, two: dict) -> None:
+    assert (one["devices"], two["devices"], one["episodes"]) == (1, 2, two["episodes"])
+    for a, b in zip(one["params"], two["params"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_two_devices_train_like_one_short(tmp_path, short_run):
+    """The short int8 run on 2 forced devices (a subprocess; env groups sharded, the learner's update
+    data-parallel) gives the same episodes and, to float tolerance, the same learner parameters as in
+    this process on one device."""
+    from two_devices import run_device_main
+
+    summary, out = short_run
+    one = {"devices": summary["devices"], "episodes": summary["episodes"],
+           "params": [np.asarray(x).ravel() for x in jax.tree.leaves(out["learner_params"])]}
+    two = run_device_main("test_search", 2, args=(str(tmp_path / "run2"), True))
+    _assert_alike(one, two)
+    assert two["final_return_mean"] == pytest.approx(summary["final_return_mean"], rel=1e-6)
 
 
 @pytest.mark.slow  # two fresh interpreters compile the search program: ~30-60 s on this CPU
 def test_one_and_two_devices_train_alike(tmp_path):
     """The search's env groups sharded over 2 devices give the same episodes, and the learner's data-parallel
-    update the same parameters to float tolerance (measured: 3e-8 apart), as on one device."""
+    update the same parameters to float tolerance (measured: 3e-8 apart), as on one device (4 updates, no
+    compressor, both sides in subprocesses)."""
     from two_devices import run_device_main
 
-    one, two = (run_device_main("test_search", n, args=(str(tmp_path / f"run{n}"),)) for n in (1, 2))
-    assert (one["devices"], two["devices"], one["episodes"]) == (1, 2, two["episodes"])
-    for a, b in zip(one["params"], two["params"]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _assert_alike(*(run_device_main("test_search", n, args=(str(tmp_path / f"run{n}"),)) for n in (1, 2)))
 
 
 @pytest.mark.parametrize("flags, expected", [
@@ -216,11 +251,13 @@ def test_one_and_two_devices_train_alike(tmp_path):
     (["--env", "envpool:CartPole-v1"], "bad --env 'envpool:CartPole-v1' with --agent search"),
     (["--loop", "sequential"], "bad --loop sequential with --agent search"),
 ])
-def test_bad_search_input_exits_2_with_one_line(tmp_path, flags, expected):
-    proc = subprocess.run([sys.executable, "-m", "accerl_jax.train", "--agent", "search", "--logdir",
-                           str(tmp_path / "run"), "--no-progress", *flags], capture_output=True, text=True,
-                          cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], proc.stderr
+def test_bad_search_input_exits_2_with_one_line(tmp_path, capsys, flags, expected):
+    """The CLI's entry point (what ``python -m accerl_jax.train`` exits with), in this process."""
+    from accerl_jax.train import main
+
+    code = main(["--agent", "search", "--logdir", str(tmp_path / "run"), "--no-progress", *flags])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], err
     assert not (tmp_path / "run").exists()
