@@ -85,7 +85,7 @@ SHORT_HELP = {
     "config": "a YAML or TOML file of settings (these flags' names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
-    "corrector": "off-policy correction: vtrace, retrace, is, none",
+    "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
     "loss": "appo, actor-critic or auto",
     "total_steps": "budget in agent steps, summed over the envs",
     "num_envs": "environments stepped together (B)",

@@ -60,7 +60,8 @@ class Config:
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
-    or 'none' (no correction, ρ = 1)."""
+    or 'none' (no correction, ρ = 1). --agent search takes none: it trains on its search's own targets
+    (the summary's corrector is null)."""
     loss: str = "auto"
     """Learner loss: 'actor-critic' (IMPALA's; with --corrector retrace, the Retrace actor-critic with a
     Q head), 'appo' (PPO's clipped surrogate on the corrector's advantages, --epochs passes of

@@ -464,7 +464,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     summary = {
         "env": cfg.env,
         "compressor": cfg.compressor,
-        "corrector": cfg.corrector,
+        "corrector": None if cfg.agent == "search" else cfg.corrector,  # a search trains on its own targets
         "loss": run.loss_cfg.loss,  # --loss auto resolved (accerl_jax.plan.make_loss_config)
         "epochs": run.loss_cfg.epochs,
         "minibatches": run.loss_cfg.minibatches,
@@ -530,7 +530,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         **fields,
     }
     if run.writer:  # multi-host: only process 0's outputs are kept
-        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
+        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={summary['corrector']}  seed={cfg.seed}")
     monitor.write_summary(summary)
     if seed is None:
         run.lock.release()

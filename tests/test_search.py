@@ -190,6 +190,20 @@ def test_int8_runs_under_the_search(short_run):
     assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
 
 
+def test_search_summary_claims_no_corrector(short_run):
+    """A search run uses no off-policy corrector: summary.json says null, the console title says what it
+    trains on instead, and neither names the --corrector default."""
+    import json
+
+    from accerl_jax.monitor.summary import format_summary
+
+    summary, _ = short_run
+    with open(os.path.join(summary["logdir"], "summary.json"), encoding="utf-8") as f:
+        assert json.load(f)["corrector"] is None
+    title = format_summary(summary).splitlines()[0]
+    assert "corrector none (search targets)" in title and "vtrace" not in title, title
+
+
 def test_distilled_student_runs_under_the_search(tmp_path):
     """distill:small under the search (its smallest run: 4 envs x 4 steps, 2 simulations): the learner
     stays finite and the actor's parameters are the smaller student's."""

@@ -237,9 +237,9 @@ def format_summary(summary: dict, width: int = WIDTH) -> str:
     where = (f"{summary['loop']} loop on {summary.get('learner_devices', '?')} {summary.get('backend', '?')} "
              f"device(s)" if "loop" in summary else "")
     loss = f"{summary['loss']}, " if "loss" in summary else ""
-    # The search's loss takes no corrector (accerl_jax.search.targets).
-    corrected = "" if summary.get("loss") == "search" else f"corrector {summary['corrector']}"
-    title = f"accerl_jax summary: {summary['env']}, {loss}{corrected}".rstrip(", ")
+    # A search run's corrector is None: it trains on the search's own targets (accerl_jax.search.targets).
+    corrector = summary["corrector"] or "none (search targets)"
+    title = f"accerl_jax summary: {summary['env']}, {loss}corrector {corrector}"
     if where:
         title += f", {where}"
     if summary.get("resumed_from_update") is not None:
