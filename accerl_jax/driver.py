@@ -36,6 +36,7 @@ from accerl_jax import guard as guard_lib
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
 from accerl_jax.run import SPEED_FORWARDS, Run, tensorboard_purge_step
+from accerl_jax.search.fidelity import summary_fields as search_summary_fields
 from accerl_jax.shards import params_digest
 from accerl_jax.signals import Interrupted, StopSignals, signal_name
 
@@ -505,6 +506,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
         # The actor's fidelity over the logged rows (KL, agreement, lag: mean and worst), not only at the end.
         **summary_lib.fidelity(monitor.rows),
+        **(search_summary_fields(cfg, monitor.rows) if cfg.agent == "search" else {}),  # S + 1, search fidelity
         "learner_network": dataclasses.asdict(run.spec),
         "learner_params": networks.param_count(state.params),
         "actor_params": networks.param_count(actor_params),

@@ -167,6 +167,8 @@ def test_short_cartpole_search_run_learns(tmp_path):
     trained, untrained = _greedy_first_returns(out["learner_params"], spec), _greedy_first_returns(initial, spec)
     print(f"greedy network {trained:.1f}, initially {untrained:.1f}")
     assert trained > 50 and trained > 4 * untrained, (trained, untrained)
+    # Without a compressor the actor's search is the learner's (same parameters, same key) at every log.
+    assert summary["search_agreement_during_min"] == 1.0 and summary["search_tv_during_max"] < 1e-6, summary
 
 
 # One short int8 search run (2 updates, 4 simulations) in this process, shared by the tests below: the
@@ -188,6 +190,30 @@ def test_int8_runs_under_the_search(short_run):
     assert (summary["compressor"], summary["loss"], summary["updates"]) == ("int8", "search", 2)
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
     assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
+
+
+def test_weights_divergence_against_numpy():
+    from accerl_jax.search.fidelity import weights_divergence
+
+    rng = np.random.default_rng(3)
+    a, b = rng.dirichlet(np.ones(3), size=50), rng.dirichlet(np.ones(3), size=50)
+    got = weights_divergence(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+    np.testing.assert_allclose(float(got["search_agreement"]), np.mean(a.argmax(1) == b.argmax(1)), rtol=1e-6)
+    np.testing.assert_allclose(float(got["search_tv"]), np.mean(0.5 * np.abs(a - b).sum(1)), rtol=1e-5)
+
+
+def test_compressed_search_fidelity_is_logged(short_run):
+    """The int8 run's rows carry the compressed search's move agreement and total variation against the
+    learner's search (one log of 2 updates), the summary their mean/worst and S + 1 network evaluations
+    per env step, and the printed summary shows them."""
+    from accerl_jax.monitor.summary import format_summary
+
+    summary, _ = short_run
+    assert summary["network_evaluations_per_step"] == SHORT["num_simulations"] + 1
+    assert 0.0 <= summary["search_agreement_during_min"] <= summary["search_agreement_during_mean"] <= 1.0
+    assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
+    assert summary["search_agreement"] == summary["search_agreement_during_min"]  # one logged row
+    assert "network evaluations per env step" in format_summary(summary)
 
 
 def test_search_summary_claims_no_corrector(short_run):

@@ -224,6 +224,11 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
     kl, agree = summary["kl_learner_actor"], summary["action_agreement"]
     rows.append(("at the end", "KL n/a" if kl is None or agree is None or not math.isfinite(kl) else
                  f"KL {_kl(kl)} nats, agree {100 * agree:.1f}% (after the final re-sync)"))
+    if summary.get("search_agreement_during_mean") is not None:  # --agent search (accerl_jax.search.fidelity)
+        rows.append(("search vs learner's", f"agree {100 * summary['search_agreement_during_mean']:.1f}% mean, "
+                     f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
+                     f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
+                     f"{summary['network_evaluations_per_step']} network evaluations per env step"))
     if summary.get("abs_log_rho_mean") is not None:
         rows.append(("ratios ρ = π/μ", f"mean |log ρ| {summary['abs_log_rho_mean']:.3g}, "
                                        f"{100 * summary['rho_beyond_frac']:.1f}% above 1.1·ρ̄, "
