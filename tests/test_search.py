@@ -301,3 +301,40 @@ def test_bad_search_input_exits_2_with_one_line(tmp_path, capsys, flags, expecte
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], err
     assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_searches_a_search_run_by_default(short_run, capsys):
+    """``python -m accerl_jax.evaluate`` on the short search run (in-process ``main``): by default it
+    searches with the run's simulations, ``--num-simulations`` sets its own, ``--no-search`` plays the
+    network alone (other returns from the same seed); bad values exit 2 with one line."""
+    import json
+
+    from accerl_jax.evaluate import main
+
+    summary, _ = short_run
+    base = [summary["logdir"], "--episodes", "4", "--num-envs", "4", "--no-progress"]
+
+    def record(*flags):
+        assert main([*base, *flags]) == 0
+        with open(os.path.join(summary["logdir"], "eval.json"), encoding="utf-8") as f:
+            return json.load(f)
+
+    searched, fewer, alone = record(), record("--num-simulations", "2"), record("--no-search")
+    assert (searched["search_simulations"], fewer["search_simulations"], alone["search_simulations"]) == (
+        SHORT["num_simulations"], 2, None)
+    assert searched["episodes"] == alone["episodes"] == 4
+    assert searched["return"] != alone["return"], (searched["return"], alone["return"])
+    assert "search of 4 simulations" in capsys.readouterr().out
+    assert main([*base, "--num-simulations", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad --num-simulations 0" in err[0], err
+
+
+def test_search_flags_of_evaluate_refused_for_other_agents():
+    from accerl_jax.config import Config, ConfigError
+    from accerl_jax.search.evaluation import search_settings
+
+    assert search_settings(Config(), None, False) is None
+    for flags in ((8, False), (None, True)):
+        with pytest.raises(ConfigError, match="not a search run"):
+            search_settings(Config(), *flags)
