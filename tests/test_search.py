@@ -152,12 +152,12 @@ SEED = int(os.environ.get("SEARCH_TEST_SEED", "0"))  # measuring other seeds: SE
 
 
 def test_short_cartpole_search_run_learns(tmp_path):
-    """192 updates of 8 x 8 steps: the search's own return is far above a random policy's (~22), and the
-    learner's network alone (greedy, no search), trained only on the search's targets, beats both random
-    play and its initial self. Measured here (seeds 0, 1, 2, log every 32 updates): search return
-    85.3, 76.0, 87.9; the greedy network 97.6, 113.7, 331.6 against 9-12 at initialisation (with --log-every 10,
-    whose chunks round differently: 174, 500, 479)."""
-    cfg = tiny(tmp_path / "run", updates=192, learning_rate=1e-2, log_every=32, seed=SEED)
+    """192 updates of 8 x 8 steps with int8 actors (the search runs the quantized network): the search's own
+    return is far above a random policy's (~22), and the learner's network alone (greedy, no search),
+    trained only on the search's targets, beats both random play and its initial self. Measured here
+    (seeds 0, 1, 2, log every 32 updates): search return 75.6, 70.3, 66.2; the greedy network 215.3, 500.0,
+    70.1 against 9-12 at initialisation (without a compressor: 85.3, 76.0, 87.9 and 97.6, 113.7, 331.6)."""
+    cfg = tiny(tmp_path / "run", updates=192, learning_rate=1e-2, log_every=32, seed=SEED, compressor="int8")
     out = {}
     summary = train(cfg, trained=out)
     spec = make_spec(cfg, make_env(cfg.env, 1).info)
@@ -165,15 +165,21 @@ def test_short_cartpole_search_run_learns(tmp_path):
     print(f"search return {summary['final_return_mean']:.1f}", end=" ")
     assert summary["final_return_mean"] > 50
     trained, untrained = _greedy_first_returns(out["learner_params"], spec), _greedy_first_returns(initial, spec)
-    print(f"greedy network {trained:.1f}, initially {untrained:.1f}")
+    print(f"greedy network {trained:.1f}, initially {untrained:.1f}; search agreement "
+          f"{summary['search_agreement_during_mean']:.3f} mean, TV {summary['search_tv_during_max']:.3f} worst")
     assert trained > 50 and trained > 4 * untrained, (trained, untrained)
-    # Without a compressor the actor's search is the learner's (same parameters, same key) at every log.
-    assert summary["search_agreement_during_min"] == 1.0 and summary["search_tv_during_max"] < 1e-6, summary
+    # The actor's parameters were int8 (the search ran the quantized network); its search picked the learner
+    # search's move on a good share of the held states (measured, seeds 0, 1, 2: mean agreement 0.83, 0.50,
+    # 1.0; CartPole's near-ties make the action weights almost one-hot, so the worst TV is near 1).
+    assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
+    assert 0.25 < summary["search_agreement_during_mean"] <= 1.0, summary["search_agreement_during_mean"]
+    assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
 
 
-# One short int8 search run (2 updates, 4 simulations) in this process, shared by the tests below: the
-# compressor under the search, the summary's fields, and the one-device side of the 1-vs-2 devices check.
-SHORT = dict(updates=2, num_simulations=4, compressor="int8")
+# One short distill:small search run (2 updates, 4 simulations) in this process, shared by the tests below:
+# a compressor under the search, the summary's fields, the evaluation, and the one-device side of the
+# 1-vs-2 devices check (int8 runs under the search in the learning run above).
+SHORT = dict(updates=2, num_simulations=4, compressor="distill:small")
 
 
 @pytest.fixture(scope="module")
@@ -183,13 +189,14 @@ def short_run(tmp_path_factory):
     return summary, out
 
 
-def test_int8_runs_under_the_search(short_run):
+def test_distilled_student_runs_under_the_search(short_run):
     """The search calls whatever the compressor produced: two updates run with the search's loss, the
-    learner stays finite, and the actor's parameters are the int8 ones."""
+    learner stays finite, and the actor's parameters are the smaller student's."""
     summary, out = short_run
-    assert (summary["compressor"], summary["loss"], summary["updates"]) == ("int8", "search", 2)
+    assert (summary["compressor"], summary["loss"], summary["updates"]) == ("distill:small", "search", 2)
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
-    assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
+    assert (sum(x.size for x in jax.tree.leaves(out["actor_params"]))
+            < sum(x.size for x in jax.tree.leaves(out["learner_params"])))
 
 
 def test_weights_divergence_against_numpy():
@@ -202,8 +209,32 @@ def test_weights_divergence_against_numpy():
     np.testing.assert_allclose(float(got["search_tv"]), np.mean(0.5 * np.abs(a - b).sum(1)), rtol=1e-5)
 
 
+def test_search_divergence_of_one_network_with_itself_is_none():
+    """Same parameters on both sides: both searches use the same key, so they agree everywhere (TV 0);
+    a different network's search differs somewhere."""
+    from accerl_jax.actor import ActorCarry
+    from accerl_jax.search.acting import SearchSettings
+    from accerl_jax.search.fidelity import search_divergence
+
+    env = make_env("gymnax:CartPole-v1", 16)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    carry = ActorCarry(state, obs, jax.random.PRNGKey(2))
+    rng = np.random.default_rng(0)
+    p, q = ({"w": jnp.asarray(r.normal(size=(4, 2)), jnp.float32), "u": jnp.asarray(r.normal(size=4), jnp.float32)}
+            for r in (rng, rng))
+
+    def apply(params, o):
+        return o @ params["w"] * 10, o @ params["u"]
+
+    div = jax.jit(lambda a, b: search_divergence(apply, apply, env.model, SearchSettings(num_simulations=4), a, b,
+                                                 carry))
+    same, other = div(p, p), div(p, q)
+    assert (float(same["search_agreement"]), float(same["search_tv"])) == (1.0, 0.0)
+    assert float(other["search_tv"]) > 0.0
+
+
 def test_compressed_search_fidelity_is_logged(short_run):
-    """The int8 run's rows carry the compressed search's move agreement and total variation against the
+    """The short run's rows carry the compressed search's move agreement and total variation against the
     learner's search (one log of 2 updates), the summary their mean/worst and S + 1 network evaluations
     per env step, and the printed summary shows them."""
     from accerl_jax.monitor.summary import format_summary
@@ -230,18 +261,6 @@ def test_search_summary_claims_no_corrector(short_run):
     assert "corrector none (search targets)" in title and "vtrace" not in title, title
 
 
-def test_distilled_student_runs_under_the_search(tmp_path):
-    """distill:small under the search (its smallest run: 4 envs x 4 steps, 2 simulations): the learner
-    stays finite and the actor's parameters are the smaller student's."""
-    out = {}
-    summary = train(tiny(tmp_path / "run", compressor="distill:small", num_simulations=2, num_envs=4,
-                         rollout_length=4), trained=out)
-    assert (summary["compressor"], summary["loss"], summary["updates"]) == ("distill:small", "search", 2)
-    assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
-    assert (sum(x.size for x in jax.tree.leaves(out["actor_params"]))
-            < sum(x.size for x in jax.tree.leaves(out["learner_params"])))
-
-
 def _device_main(logdir: str, short: bool = False) -> None:
     """In a subprocess with forced CPU devices: a few search updates (``short``: the :data:`SHORT` run, else
     4 updates without a compressor); prints ``RESULT`` with the learner's final parameter leaves and the
@@ -263,7 +282,7 @@ def _assert_alike(one: dict, two: dict) -> None:
 
 
 def test_two_devices_train_like_one_short(tmp_path, short_run):
-    """The short int8 run on 2 forced devices (a subprocess; env groups sharded, the learner's update
+    """The short run on 2 forced devices (a subprocess; env groups sharded, the learner's update
     data-parallel) gives the same episodes and, to float tolerance, the same learner parameters as in
     this process on one device."""
     from two_devices import run_device_main
@@ -273,7 +292,9 @@ def test_two_devices_train_like_one_short(tmp_path, short_run):
            "params": [np.asarray(x).ravel() for x in jax.tree.leaves(out["learner_params"])]}
     two = run_device_main("test_search", 2, args=(str(tmp_path / "run2"), True))
     _assert_alike(one, two)
-    assert two["final_return_mean"] == pytest.approx(summary["final_return_mean"], rel=1e-6)
+    mean_one, mean_two = summary["final_return_mean"], two["final_return_mean"]
+    assert (mean_one is None) == (mean_two is None)
+    assert mean_one is None or mean_two == pytest.approx(mean_one, rel=1e-6)
 
 
 @pytest.mark.slow  # two fresh interpreters compile the search program: ~30-60 s on this CPU
