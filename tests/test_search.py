@@ -168,11 +168,11 @@ def test_short_cartpole_search_run_learns(tmp_path):
     print(f"greedy network {trained:.1f}, initially {untrained:.1f}; search agreement "
           f"{summary['search_agreement_during_mean']:.3f} mean, TV {summary['search_tv_during_max']:.3f} worst")
     assert trained > 50 and trained > 4 * untrained, (trained, untrained)
-    # The actor's parameters were int8 (the search ran the quantized network); its search picked the learner
-    # search's move on a good share of the held states (measured, seeds 0, 1, 2: mean agreement 0.83, 0.50,
-    # 1.0; CartPole's near-ties make the action weights almost one-hot, so the worst TV is near 1).
+    # The actor's parameters were int8 (the search ran the quantized network); over the 6 logs (8 held states
+    # each) its search picked the learner search's move on most states (measured, seeds 0, 1, 2: mean
+    # agreement 0.854, 0.833, 0.917; worst TV 0.372, 0.372, 0.248), yet not on all: the two searches differ.
     assert any(x.dtype == jnp.int8 for x in jax.tree.leaves(out["actor_params"]))
-    assert 0.25 < summary["search_agreement_during_mean"] <= 1.0, summary["search_agreement_during_mean"]
+    assert 0.5 < summary["search_agreement_during_mean"] <= 1.0, summary["search_agreement_during_mean"]
     assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
 
 

@@ -2,7 +2,7 @@
 compressed network moves from the search the learner's own network would run.
 
 At each log (the end of an Anakin chunk, not every step) :func:`search_divergence` searches from held
-states -- the current states of the first env group's ``b`` environments -- twice with the same key: once
+states -- the current states of all ``B`` environments -- twice with the same key: once
 with the actor's (compressed) parameters, once with the learner's. Its two numbers join the row's
 ``kl_learner_actor`` / ``action_agreement`` (the driver writes them into the Monitor's rows), and
 :func:`summary_fields` condenses the logged rows for the summary as :func:`accerl_jax.monitor.summary.fidelity`
@@ -44,7 +44,7 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
       actor_params, learner_params: the compressed and the learner's parameters.
       carry: the actor's :class:`~accerl_jax.actor.ActorCarry`: one group's (``key`` ``[2]``, leaves
         ``[b, ...]``) or a :class:`~accerl_jax.actor.ShardedActor`'s (``key`` ``[S, 2]``, ``env_state``
-        leaves ``[S, b, ...]``, ``obs`` ``[S * b, ...]``); the first group's ``b`` states are held.
+        leaves ``[S, b, ...]``, ``obs`` ``[S * b, ...]``); all its states are held.
 
     Returns:
       ``{AGREEMENT, TV}``, [] float32 each.
@@ -52,11 +52,9 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
     from accerl_jax.search.acting import search_policy  # mctx: only a search run imports it
 
     env_state, key = carry.env_state, carry.key
-    if key.ndim > 1:  # groups: the first one's
-        env_state, key = jax.tree.map(lambda x: x[0], env_state), key[0]
-    gym_state = env_state.env_state
-    b = jax.tree.leaves(gym_state)[0].shape[0]
-    obs = carry.obs[:b]
+    if key.ndim > 1:  # groups [S, b, ...]: all S * b states, in the order of obs; the first group's key
+        env_state, key = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), env_state), key[0]
+    gym_state, obs = env_state.env_state, carry.obs
     key = jax.random.fold_in(key, FIDELITY_FOLD)
     w_actor = search_policy(actor_apply, model, settings, actor_params, obs, gym_state, key)[2]
     w_learner = search_policy(learner_apply, model, settings, learner_params, obs, gym_state, key)[2]
