@@ -81,7 +81,7 @@ GROUPS = (
 
 # --help's one line for each flag of the common group (--help-all has the full help of every flag).
 SHORT_HELP = {
-    "preset": "named settings: classic, minatar, atari, mujoco",
+    "preset": "named settings: classic, minatar, atari, mujoco, search",
     "config": "a YAML or TOML file of settings (these flags' names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
