@@ -249,6 +249,9 @@ class ShardedActor:
         The carry is placed along its leading (group) axis and, on several devices, the rollout runs under
         ``shard_map``, each device stepping its own groups.
 
+      check_vma: ``shard_map``'s check that loop carries keep their varying-over-devices type; off for a
+        rollout whose library loops start from constants (``mctx``'s search: :mod:`accerl_jax.search`).
+
     Raises:
       ValueError: if the ``S`` groups do not split evenly over the mesh's devices.
 
@@ -258,7 +261,7 @@ class ShardedActor:
     """
 
     def __init__(self, inner: AnakinActor, shard_ids: Sequence[int], family: str = "mlp",
-                 mesh: Mesh | None = None):
+                 mesh: Mesh | None = None, check_vma: bool = True):
         self.inner = inner
         self.env = inner.env
         self.rollout_length = inner.rollout_length
@@ -286,7 +289,8 @@ class ShardedActor:
         if sharded:
             # Each device steps its own groups: no communication in the actor, and per group the same
             # program as on one device.
-            rollout = jax.shard_map(rollout, mesh=mesh, in_specs=(P(), P(axis)), out_specs=(P(axis), P(None, axis)))
+            rollout = jax.shard_map(rollout, mesh=mesh, in_specs=(P(), P(axis)), out_specs=(P(axis), P(None, axis)),
+                                    check_vma=check_vma)
         self._reset = jax.jit(reset, out_shardings=NamedSharding(mesh, P(axis)))
         # Parameters are placed replicated on the mesh before each rollout, wherever they come from (the
         # compressor's init or its compress, a learner state on one device or the mesh), so that the

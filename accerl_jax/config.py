@@ -12,6 +12,8 @@ import tyro
 
 # --actor-device values (Config.actor_device).
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
+# --agent values (Config.agent).
+AGENTS = ("actor-critic", "search")
 
 
 class ConfigError(ValueError):
@@ -58,7 +60,8 @@ class Config:
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
-    or 'none' (no correction, ρ = 1)."""
+    or 'none' (no correction, ρ = 1). --agent search takes none: it trains on its search's own targets
+    (the summary's corrector is null)."""
     loss: str = "auto"
     """Learner loss: 'actor-critic' (IMPALA's; with --corrector retrace, the Retrace actor-critic with a
     Q head), 'appo' (PPO's clipped surrogate on the corrector's advantages, --epochs passes of
@@ -102,6 +105,23 @@ class Config:
     queue_size: int = 2
     """Sebulba: rollouts the bounded queue between the actor threads and the learner holds; the actor's
     policy lags the learner by at most queue-size + 4 versions (logged as policy_lag_versions)."""
+    agent: str = "actor-critic"
+    """The agent family: 'actor-critic' (default: IMPALA, Retrace or APPO, see --loss) or 'search' (Gumbel
+    MuZero search with DeepMind's mctx at every env step, run with the actor's compressed network and the
+    environment's own step as the model; the learner trains on the search's action weights and n-step
+    value targets; gymnax envs with discrete actions, Anakin loop)."""
+    num_simulations: int = 16
+    """--agent search: simulations per search (each one network evaluation; S + 1 per env step)."""
+    max_depth: Optional[int] = None
+    """--agent search: the deepest a simulation goes below the root."""
+    max_num_considered_actions: int = 16
+    """--agent search: Gumbel MuZero's m, the actions sampled at the root (without replacement) and
+    narrowed by sequential halving."""
+    gumbel_scale: float = 1.0
+    """--agent search: scale of the Gumbel noise at the root (0: a deterministic search)."""
+    n_step: int = 10
+    """--agent search: horizon of the value targets, n-step returns bootstrapped from the learner's value
+    (cut at a termination, bootstrapped at a truncation and at the rollout's end)."""
     policy_lag: int = 0
     """Extra staleness of the actor: it runs the compressed parameters made this many learner updates
     before the latest (0: those made after the previous update)."""
@@ -302,6 +322,12 @@ def validate(cfg: Config) -> None:
         ("actor_batch", 0 <= cfg.actor_batch <= 65536, "an integer in [0, 65536] (0: half of each thread's envs)"),
         ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
+        ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
+        ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
+        ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),
+        ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),
+        ("gumbel_scale", cfg.gumbel_scale >= 0, "a number >= 0"),
+        ("n_step", 0 < cfg.n_step <= 65536, "an integer in [1, 65536]"),
     ]
     if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):
         raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))}; expected widths in [1, 65536]")

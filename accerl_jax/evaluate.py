@@ -51,6 +51,10 @@ class Args:
     """For a --num-seeds run: which of its seeds (0-based)."""
     progress: bool = True
     """Show a progress bar."""
+    num_simulations: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the run's)")] = None
+    """A search run (--agent search): simulations of the search at every evaluated step."""
+    no_search: bool = False
+    """A search run: play its network alone (sampled, or with --greedy its argmax) instead of searching."""
 
 
 def check_args(args: Args) -> None:
@@ -80,8 +84,11 @@ def check_args(args: Args) -> None:
         check_video_path(args.video)
 
 
-def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False) -> dict:
-    """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env.
+def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False,
+         search=None) -> dict:
+    """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env
+    (``search``: a :class:`~accerl_jax.search.acting.SearchSettings` to search with at every step,
+    :mod:`accerl_jax.search.evaluation`; a gymnax env).
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
@@ -106,10 +113,15 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
         action, best, _ = forward(obs, key)
         return best if greedy else action
 
+    if search is not None:
+        from accerl_jax.search.evaluation import make_search_act
+
+        search_act = make_search_act(trained, search, greedy)
+
     def one(carry):
         env_state, obs, key = carry
         key, sub = jax.random.split(key)
-        env_state, tr = env.step(env_state, act(obs, sub))
+        env_state, tr = env.step(env_state, act(obs, sub) if search is None else search_act(env_state, obs, sub))
         done = jnp.logical_and(jnp.logical_or(tr.terminated, tr.truncated), tr.valid)
         return (env_state, tr.obs, key), (obs, done, tr.episode_return, tr.episode_length, tr.next_obs[0], tr.valid[0])
 
@@ -208,7 +220,10 @@ def evaluate(args: Args) -> dict:
     if not os.access(trained.run_dir, os.W_OK):
         raise ConfigError(f"bad {trained_lib.WHAT} {args.run_dir!r}: cannot write {EVAL_FILE} there (no write "
                           "permission); copy the run folder somewhere writable")
-    played = play(trained, args.episodes, greedy=args.greedy, seed=args.seed, progress=args.progress)
+    from accerl_jax.search.evaluation import search_settings
+
+    search = search_settings(trained.cfg, args.num_simulations, args.no_search)
+    played = play(trained, args.episodes, greedy=args.greedy, seed=args.seed, progress=args.progress, search=search)
     record = {
         "run_dir": trained.run_dir,
         "checkpoint_update": trained.step,
@@ -216,6 +231,7 @@ def evaluate(args: Args) -> dict:
         "compressor": trained.cfg.compressor,
         "policy": args.policy,
         "greedy": args.greedy,
+        "search_simulations": None if search is None else search.num_simulations,  # None: the network alone
         "episodes": len(played["returns"]),
         "num_envs": args.num_envs,
         "seed": args.seed,
@@ -257,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     r, n = record["return"], record["length"]
+    searched = "" if record["search_simulations"] is None else f", search of {record['search_simulations']} simulations"
     print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "
-          f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}): {record['episodes']} episodes, "
+          f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}{searched}): {record['episodes']} episodes, "
           f"return {r['mean']:.2f} ± {r['std']:.2f} (min {r['min']:.1f}, max {r['max']:.1f}), "
           f"length {n['mean']:.1f} ± {n['std']:.1f}")
     if "eval_obs_kl_learner_actor" in record:

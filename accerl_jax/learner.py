@@ -29,6 +29,9 @@ Three losses (``LossConfig.loss`` and ``LossConfig.corrector``):
   its share of every minibatch, so the update is the same on any number of devices, and every
   minibatch's means are global (psum of sums over psum of counts).
 
+* Search (``loss="search"``, the search agent's, ``--agent search``): cross-entropy to the search's
+  action weights and a value regression to n-step returns, :func:`accerl_jax.search.targets.search_loss_sums`.
+
 One forward pass over the rollout: the values (and, for Retrace, logits and Q) a row bootstraps from are
 the next row's, from the same pass, with gradients stopped; only the observations no row starts at (the
 last row's next observation and the final observations of truncated steps, ``Rollout.bootstrap_obs``,
@@ -59,7 +62,7 @@ from accerl_jax.networks import policy_distribution
 from accerl_jax.types import ApplyFn, Rollout, bootstrap_slot
 
 AXIS = "batch"
-LOSSES = ("actor-critic", "appo")
+LOSSES = ("actor-critic", "appo", "search")
 
 
 def loss_conflict(loss: str, corrector_name: str, epochs: int, minibatches: int) -> tuple[str, str] | None:
@@ -103,8 +106,8 @@ class LossConfig:
 
     Attributes:
       corrector: ``"vtrace"``, ``"retrace"``, ``"is"`` or ``"none"`` (:data:`accerl_jax.corrector.CORRECTORS`).
-      loss: ``"actor-critic"`` (IMPALA, or the Retrace actor-critic for ``corrector="retrace"``) or
-        ``"appo"`` (not with ``retrace``). See the module docstring.
+      loss: ``"actor-critic"`` (IMPALA, or the Retrace actor-critic for ``corrector="retrace"``),
+        ``"appo"`` (not with ``retrace``) or ``"search"`` (the search agent's). See the module docstring.
       ppo_clip: APPO's ε, the surrogate clips r_s to [1 - ε, 1 + ε].
       epochs: APPO passes over each rollout.
       minibatches: APPO minibatches per pass (of the global batch ``B``, the same on any device count).
@@ -114,6 +117,7 @@ class LossConfig:
       clip_pg_rho_threshold: clip of ρ in the policy-gradient advantage.
       value_coef: c_v.
       entropy_coef: c_H.
+      n_step: ``"search"``: horizon of the n-step value targets (:mod:`accerl_jax.search.targets`).
     """
 
     corrector: str = "vtrace"
@@ -127,6 +131,7 @@ class LossConfig:
     ppo_clip: float = 0.2
     epochs: int = 1
     minibatches: int = 1
+    n_step: int = 10
 
     def __post_init__(self):
         conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)
@@ -500,6 +505,10 @@ def make_update(
         return LearnerState(params, opt_state, state.step + 1, state.key), metrics, aux
 
     def _local(state: LearnerState, batch: Rollout):
+        if cfg.loss == "search":  # the search agent's loss; its package imports this module, hence here
+            from accerl_jax.search.targets import search_loss_sums
+
+            return _grad_step(state, lambda p: search_loss_sums(p, apply, batch, cfg))
         if cfg.loss != "appo":
             return _grad_step(state, lambda p: _loss_sums_and_outputs(p, apply, batch, cfg))
         old, teacher = _appo_targets_and_outputs(state.params, apply, batch, cfg)

@@ -21,7 +21,7 @@ LAYERS = [
     ("platform", "run.folder"),
     ("corrector", "networks", "envs"),
     ("compressor",),
-    ("actor", "async_actor", "learner", "monitor"),
+    ("actor", "async_actor", "learner", "monitor", "search"),  # search: an agent family (actor + loss)
     ("run",),  # one run's life: plan, build, driver and its parts (not run.training)
     ("loops",),
     ("run.training",),  # run_training: the one module of run/ that drives a stepper of loops/

@@ -64,7 +64,7 @@ def test_bad_settings_files_exit_2_naming_what_to_fix(tmp_path, capsys, content,
 
 def test_unknown_preset_and_missing_file_exit_2(tmp_path, capsys):
     assert train.main(["--preset", "pong"]) == 2
-    assert "bad --preset 'pong'; expected one of classic, minatar, atari, mujoco" in capsys.readouterr().err
+    assert "bad --preset 'pong'; expected one of classic, minatar, atari, mujoco, search" in capsys.readouterr().err
     assert train.main(["--config", str(tmp_path / "missing.yaml")]) == 2
     assert "No such file" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="bad --hidden-sizes 0 8"):

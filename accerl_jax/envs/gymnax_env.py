@@ -130,6 +130,12 @@ class GymnaxEnv:
             **action,
         )
 
+    @property
+    def model(self) -> tuple[Environment, Any]:
+        """``(environment, params)``: the gymnax environment itself (its ``step_env`` steps one state without
+        the auto-reset; a search agent's model, :mod:`accerl_jax.search.acting`) and its params."""
+        return self._env, self._params
+
     def reset(self, key: jax.Array) -> tuple[GymnaxState, jax.Array]:
         """Reset all ``B`` environments. Returns the state and ``obs [B, *obs_shape]`` float32."""
         key, sub = jax.random.split(key)

@@ -211,7 +211,15 @@ def make_chunk(run: Run, clipping: Callable | None = None, compressor: Compresso
         (state, clip), out = jax.lax.scan(body, (state, clip), jnp.arange(length, dtype=jnp.int32))
         held, fresh = state.obs[:DIVERGENCE_SAMPLES], state.obs[:REFRESH_SAMPLES]
         learner_out = lambda o: run.learner_apply(state.learner.params, o)[0]  # noqa: E731
-        end = ChunkEnd(run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0]),
+        divergence = run.divergence(learner_out(held), run.actor_apply(state.actor_params[0], held)[0])
+        if run.cfg.agent == "search":  # the compressed search against the learner's, from held env states
+            from accerl_jax.search.acting import SearchSettings
+            from accerl_jax.search.fidelity import search_divergence
+
+            divergence.update(search_divergence(run.actor_apply, run.learner_apply, run.actor.env.model,
+                                                SearchSettings.from_config(run.cfg), state.actor_params[0],
+                                                state.learner.params, state.carry))
+        end = ChunkEnd(divergence,
                        run.divergence(learner_out(fresh), run.actor_apply(state.actor_params[-1], fresh)[0]),
                        clip)
         return state, out, end

@@ -11,7 +11,8 @@ TABLE_COLUMNS = (
     ("grad_norm", "|grad|", "{:.3g}"), ("learning_rate", "lr", "{:.2g}"), ("kl_learner_actor", "KL", "{:.2g}"),
     ("action_agreement", "agree", "{:.1%}"), ("abs_log_rho_mean", "|log ρ|", "{:.2g}"),
     ("rho_beyond_frac", "ρ>1.1ρ̄", "{:.1%}"), ("rho_clipped_mass", "clip mass", "{:.2%}"),
-    ("policy_lag_versions", "lag", "{:.0f}"),
+    ("policy_lag_versions", "lag", "{:.0f}"), ("search_agreement", "search agree", "{:.1%}"),
+    ("search_tv", "search TV", "{:.2g}"),
 )
 # What the console's and the summary's abbreviations mean (printed under the first table and the summary).
 LEGEND = (
@@ -21,7 +22,9 @@ LEGEND = (
     "policy, μ the compressed actor's that acted); "
     "ρ>1.1ρ̄: share of those ratios more than 10% above the clip ρ̄ (--clip-rho-threshold), i.e. cut by "
     "clipping beyond float noise; clip mass: share of the ratios' total weight Σρ that clipping at ρ̄ removes; "
-    "lag: learner updates between the policy that acted and the learner's (--policy-lag, --compress-every)."
+    "lag: learner updates between the policy that acted and the learner's (--policy-lag, --compress-every); "
+    "search agree / TV (--agent search): share of held states where the actor's compressed search and the "
+    "learner's (same key) pick the same move, and the total variation between their action weights."
 )
 
 

@@ -146,12 +146,24 @@ class Summary:
     env_steps_per_seed: int | None = None
     final_return_mean_per_seed: list | None = None
     seeds: list | None = None
+    # --agent search only (accerl_jax.search.fidelity.summary_fields): network evaluations per env step
+    # (S + 1, actor side) and the compressed search's agreement with, and total-variation distance from,
+    # the learner's search over the logged rows (mean and worst) and at the last row.
+    network_evaluations_per_step: int | None = None
+    search_agreement_during_mean: float | None = None
+    search_agreement_during_min: float | None = None
+    search_agreement: float | None = None
+    search_tv_during_mean: float | None = None
+    search_tv_during_max: float | None = None
+    search_tv: float | None = None
     # The loop's own fields (accerl_jax.run.driver.Stepper.fields: "loop", its waits, --compressor auto's
     # decisions, ...), added last (a loop may restate env_time_source).
     loop_fields: dict = dataclasses.field(default_factory=dict)
 
     OPTIONAL: ClassVar[tuple] = ("base_config", "actor_config", "env_steps_per_seed", "final_return_mean_per_seed",
-                                 "seeds")
+                                 "seeds", "network_evaluations_per_step", "search_agreement_during_mean",
+                                 "search_agreement_during_min", "search_agreement", "search_tv_during_mean",
+                                 "search_tv_during_max", "search_tv")
 
     def to_json(self) -> dict:
         """The summary as written to ``summary.json`` (a fresh dict; JSON types)."""
@@ -356,6 +368,11 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
     kl, agree = summary["kl_learner_actor"], summary["action_agreement"]
     rows.append(("at the end", "KL n/a" if kl is None or agree is None or not math.isfinite(kl) else
                  f"KL {_kl(kl)} nats, agree {100 * agree:.1f}% (after the final re-sync)"))
+    if summary.get("search_agreement_during_mean") is not None:  # --agent search (accerl_jax.search.fidelity)
+        rows.append(("search vs learner's", f"agree {100 * summary['search_agreement_during_mean']:.1f}% mean, "
+                     f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
+                     f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
+                     f"{summary['network_evaluations_per_step']} network evaluations per env step"))
     if summary.get("abs_log_rho_mean") is not None:
         rows.append(("ratios ρ = π/μ", f"mean |log ρ| {summary['abs_log_rho_mean']:.3g}, "
                                        f"{100 * summary['rho_beyond_frac']:.1f}% above 1.1·ρ̄, "
@@ -369,7 +386,9 @@ def format_summary(summary: dict, width: int = WIDTH) -> str:
     where = (f"{summary['loop']} loop on {summary.get('learner_devices', '?')} {summary.get('backend', '?')} "
              f"device(s)" if "loop" in summary else "")
     loss = f"{summary['loss']}, " if "loss" in summary else ""
-    title = f"accerl_jax summary: {summary['env']}, {loss}corrector {summary['corrector']}"
+    # A search run's corrector is None: it trains on the search's own targets (accerl_jax.search.targets).
+    corrector = summary["corrector"] or "none (search targets)"
+    title = f"accerl_jax summary: {summary['env']}, {loss}corrector {corrector}"
     if where:
         title += f", {where}"
     if summary.get("resumed_from_update") is not None:

@@ -11,7 +11,7 @@ TENSORBOARD_GROUPS = {
     "losses": ("loss", "pg_loss", "value_loss", "entropy", "vs_mean", "grad_norm", "learning_rate", "skipped_updates"),
     "ratios": ("rho_mean", "abs_log_rho_mean", "rho_clipped_frac", "c_clipped_frac", "rho_beyond_frac",
                "rho_clipped_mass"),
-    "policy": ("kl_learner_actor", "action_agreement", "policy_lag_versions"),
+    "policy": ("kl_learner_actor", "action_agreement", "policy_lag_versions", "search_agreement", "search_tv"),
 }
 _TAG = {key: f"{group}/{key}" for group, keys in TENSORBOARD_GROUPS.items() for key in keys}
 

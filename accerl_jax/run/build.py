@@ -316,7 +316,12 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             # number of devices and processes. A global state places all groups over the mesh; the sequential
             # loop of several processes steps this process's own groups on its first device.
             groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
-            actor_for = functools.partial(make_actor, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
+            make = make_actor
+            if cfg.agent == "search":  # each step a search with the actor's network (the plan checked the env)
+                from accerl_jax.search.acting import SearchSettings, make_search_actor
+
+                make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
+            actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
                                           family=spec.family, groups=groups, mesh=mesh if global_state else None)
             actor = actor_for(actor_apply)
         elif plan.loop == "anakin":  # envpool stepped in the fused program through its XLA interface

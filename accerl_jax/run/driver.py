@@ -39,6 +39,7 @@ from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
 from accerl_jax.monitor.summary import Summary
 from accerl_jax.run.build import SPEED_FORWARDS, Run, tensorboard_purge_step
+from accerl_jax.search.fidelity import summary_fields as search_summary_fields
 from accerl_jax.run.shards import params_digest
 from accerl_jax.run.signals import Interrupted, StopSignals, signal_name
 
@@ -474,7 +475,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     fields = dict(
         env=cfg.env,
         compressor=cfg.compressor,
-        corrector=cfg.corrector,
+        corrector=None if cfg.agent == "search" else cfg.corrector,  # a search trains on its own targets
         loss=run.plan.loss.loss,
         epochs=run.plan.loss.epochs,
         minibatches=run.plan.loss.minibatches,
@@ -511,6 +512,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         steps_per_s_scope=f"env steps / wall_time_s ({WHOLE_RUN})",
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
         **summary_lib.fidelity(monitor.rows),
+        **(search_summary_fields(cfg, monitor.rows) if cfg.agent == "search" else {}),  # S + 1, search fidelity
         learner_network=dataclasses.asdict(run.plan.spec),
         learner_params=networks.param_count(state.params),
         actor_params=networks.param_count(actor_params),
@@ -538,7 +540,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     )
     summary = Summary(**dict(fields, **given), loop_fields=loop_fields)
     if run.plan.process_id == 0:  # multi-host: only process 0's outputs are kept
-        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={cfg.corrector}  seed={cfg.seed}")
+        monitor.plot(f"{cfg.env}  compressor={cfg.compressor}  corrector={fields['corrector']}  seed={cfg.seed}")
     monitor.write_summary(summary.to_json())
     if seed is None:
         run.outputs.lock.release()

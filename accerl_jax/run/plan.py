@@ -126,7 +126,10 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     """
     loss = cfg.loss
     if loss == "auto":
-        loss = "actor-critic" if cfg.corrector == "retrace" else "appo"
+        loss = "search" if cfg.agent == "search" else "actor-critic" if cfg.corrector == "retrace" else "appo"
+    if (loss == "search") != (cfg.agent == "search"):
+        raise ConfigError(f"bad --loss {cfg.loss!r} with --agent {cfg.agent}: loss 'search' trains the search agent "
+                          "and only it; use --loss auto")
     epochs = cfg.epochs or (APPO_EPOCHS if loss == "appo" else 1)
     conflict = learner_lib.loss_conflict(loss, cfg.corrector, epochs, cfg.minibatches)
     rule = conflict and conflict[0]
@@ -135,16 +138,18 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     if rule == "passes-without-appo":
         settings = {"epochs": cfg.epochs, "minibatches": cfg.minibatches}
         given = " ".join(f"{flag(name)} {value}" for name, value in settings.items() if value not in (0, 1))
-        why = " (--loss auto with --corrector retrace)" if cfg.loss == "auto" else ""
-        raise ConfigError(f"bad {given} with --loss actor-critic{why}: it takes one gradient step per rollout; "
-                          "drop the flag, or use --loss appo (not with retrace)")
+        why = "" if cfg.loss != "auto" else " (--agent search)" if loss == "search" else \
+            " (--loss auto with --corrector retrace)"
+        fix = "" if loss == "search" else ", or use --loss appo (not with retrace)"
+        raise ConfigError(f"bad {given} with --loss {loss}{why}: it takes one gradient step per rollout; "
+                          f"drop the flag{fix}")
     if conflict is not None:
         raise ConfigError(f"bad --loss/--corrector combination: {conflict[1]}")
     return learner_lib.LossConfig(
         corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
-        epochs=epochs, minibatches=cfg.minibatches,
+        epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step,
     )
 
 
@@ -163,6 +168,7 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
     if cfg.corrector not in CORRECTORS:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     make_loss_config(cfg)
+    check_search(cfg)
     if cfg.loop not in LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
     if cfg.compressor == "auto":
@@ -181,6 +187,28 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
             envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+
+
+def check_search(cfg: Config) -> None:
+    """Refuse what the search agent (``--agent search``, :mod:`accerl_jax.search`) cannot run; the loop and
+    the env's action space are checked where they are known (:func:`choose_loop`, :func:`make_plan`).
+
+    Raises:
+      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--compressor auto``
+        (its decisions measure the model-free actor), ``--corrector retrace`` (the search's loss uses no
+        corrector; retrace would only add a Q head).
+    """
+    if cfg.agent != "search":
+        return
+    if not cfg.env.startswith("gymnax:"):
+        raise ConfigError(f"bad --env {cfg.env!r} with --agent search: the search steps the environment's own "
+                          "model, which only gymnax envs expose; use a gymnax:<id> env")
+    if cfg.compressor == "auto":
+        raise ConfigError("bad --compressor auto with --agent search: auto measures the model-free actor; choose a "
+                          "fixed --compressor (none, int8, distill:small, ...)")
+    if cfg.corrector == "retrace":
+        raise ConfigError("bad --corrector retrace with --agent search: the search's loss takes no corrector and "
+                          "retrace would add an unused Q head; leave --corrector out")
 
 
 def check_config(cfg: Config, num_processes: int = 1, local_devices: int = 1) -> str:
@@ -237,6 +265,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
             loop = "sebulba" if num_processes == 1 else "sequential"
+        elif cfg.agent == "search":
+            loop = "anakin"  # the search runs inside the Anakin program only (for now)
         elif cfg.distill_async and cfg.num_seeds == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
         elif cfg.num_seeds == 1 and family == "cnn" and backend == "cpu":
@@ -247,6 +277,9 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
                           "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
                           "--num-seeds 1")
+    if cfg.agent == "search" and loop != "anakin":
+        raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
+                          "use --loop anakin or auto")
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
@@ -471,6 +504,9 @@ def make_plan(cfg: Config, env: EnvInfo, machine: Machine | None = None, folder:
     if split == "minibatches":
         raise ConfigError(f"bad --num-envs {env.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
                           f"x {n_dev} devices = {n_dev * cfg.minibatches}")
+    if env.continuous and cfg.agent == "search":
+        raise ConfigError(f"bad --agent search for {cfg.env}: the search needs discrete actions; this env has "
+                          "continuous actions")
     if env.continuous and cfg.corrector == "retrace":
         raise ConfigError(f"bad --corrector retrace for {cfg.env}: Retrace needs discrete actions (a Q head over "
                           "all actions); this env has continuous actions; use vtrace, is or none")

@@ -68,6 +68,8 @@ GROUPS = (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",
         "auto_candidates", "auto_every", "auto_max_clip")),
+    ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
+        "agent", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale", "n_step")),
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
@@ -79,11 +81,11 @@ GROUPS = (
 
 # --help's one line for each flag of the common group (--help-all has the full help of every flag).
 SHORT_HELP = {
-    "preset": "named settings: classic, minatar, atari, mujoco",
+    "preset": "named settings: classic, minatar, atari, mujoco, search",
     "config": "a YAML or TOML file of settings (these flags' names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
-    "corrector": "off-policy correction: vtrace, retrace, is, none",
+    "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
     "loss": "appo, actor-critic or auto",
     "total_steps": "budget in agent steps, summed over the envs",
     "num_envs": "environments stepped together (B)",
@@ -106,6 +108,7 @@ UNSET = {
                                          "too, a single process"),
     "num_processes": ("INT", "unset: $JAX_NUM_PROCESSES"),
     "process_id": ("INT", "unset: $JAX_PROCESS_ID"),
+    "max_depth": ("INT", "unset: no limit but the simulations"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
 HIDDEN_SIZES_UNSET = "unset: 64 64 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"

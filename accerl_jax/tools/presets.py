@@ -50,6 +50,13 @@ PRESETS = {
          "entropy_coef": 0.0, "max_grad_norm": 0.5, "compressor": "none"},
         "CleanRL's ppo_continuous_action (2048 steps per update, 10 epochs, learning rate 3e-4, GAE "
         "lambda 0.95, no entropy bonus, gradient clip 0.5) with 32 environments; not tuned here"),
+    "search": Preset(
+        "a search agent on gymnax CartPole-v1: Gumbel MuZero (8 simulations) with int8 actors, MLP 256 256",
+        {"env": "gymnax:CartPole-v1", "agent": "search", "compressor": "int8", "hidden_sizes": (256, 256),
+         "num_envs": 16, "rollout_length": 16, "num_simulations": 8, "learning_rate": 3e-3,
+         "total_steps": 300_000},
+        "measured on a 2-core CPU (seeds 0, 1): the search's return reached 500 after 180k and 230k steps, "
+        "~20 s of training (40-60 s with start-up, by load)"),
 }
 
 

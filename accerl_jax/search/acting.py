@@ -1,0 +1,184 @@
+"""Acting with search: at every env step, Gumbel MuZero (``mctx.gumbel_muzero_policy``) searches with the
+actor's (compressed) parameters and the environment's own gymnax ``step_env`` as the model.
+
+The model (:func:`search_policy`): the embedding is the gymnax env state of each environment
+(:attr:`accerl_jax.envs.gymnax_env.GymnaxEnv.model`, stepped *without* the auto-reset) and whether the
+episode has terminated on the way; a transition into a terminal state has discount 0 and the terminal
+node value 0, and every transition below it reward 0, discount 0 and value 0. A time limit inside the
+tree is not an end (the value of the state bootstraps, as the learner's targets do). Prior logits and
+values come from the actor network's policy and value heads: ``S`` simulations evaluate it ``S`` times,
+the root once more (``S + 1`` evaluations per env step). Stochastic envs (MinAtar's sticky actions) are
+sampled with the search's own keys.
+
+The rollout (:class:`SearchRollout`) is today's :class:`~accerl_jax.types.Rollout` with the search's
+action weights (the policy targets) and root value besides; its ``log_prob`` is ``log w_a`` of the
+action the search chose (Gumbel MuZero picks it by sequential halving, not by sampling ``w``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import mctx
+
+from accerl_jax.platform import xla
+from accerl_jax.actor import ActorCarry, AnakinActor, ShardedActor, rollout_from_steps
+from accerl_jax.types import ApplyFn, Rollout
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """The search's settings (``--num-simulations``, ``--max-depth``, ``--max-num-considered-actions``,
+    ``--gumbel-scale``; ``discount`` is ``--discount``, γ per agent step)."""
+
+    num_simulations: int = 16
+    max_depth: int | None = None
+    max_num_considered_actions: int = 16
+    gumbel_scale: float = 1.0
+    discount: float = 0.99
+
+    @classmethod
+    def from_config(cls, cfg) -> "SearchSettings":
+        """The settings of a :class:`~accerl_jax.config.Config`."""
+        return cls(cfg.num_simulations, cfg.max_depth, cfg.max_num_considered_actions, cfg.gumbel_scale,
+                   cfg.discount)
+
+
+class SearchRollout(NamedTuple):
+    """A :class:`~accerl_jax.types.Rollout` ``[T, B, ...]`` of a search agent: its fields (same meaning,
+    ``log_prob`` being ``log w`` of the chosen action) and two more.
+
+    Attributes:
+      action_weights: ``[T, B, A]`` float32, the search's improved policy ``w`` at each step (sums to 1):
+        the learner's policy target.
+      root_value: ``[T, B]`` float32, the search's value of each step's root (``mctx`` tree summary).
+    """
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    valid: jax.Array
+    bootstrap_obs: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    action_weights: jax.Array
+    root_value: jax.Array
+
+
+class Node(NamedTuple):
+    """The search's embedding of one state: the gymnax env state (leaves ``[B, ...]``) and whether its
+    episode has terminated on the way from the root (``[B]`` bool)."""
+
+    state: Any
+    terminal: jax.Array
+
+
+def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: jax.Array, env_state,
+                  key: jax.Array):
+    """One Gumbel MuZero search from each of ``B`` states.
+
+    Args:
+      apply: the actor's network, ``(params, obs [B, *obs_shape]) -> (logits [B, A], value [B], ...)``.
+      model: ``(environment, env params)`` of gymnax (:attr:`~accerl_jax.envs.gymnax_env.GymnaxEnv.model`).
+      settings: :class:`SearchSettings`.
+      params: the actor's parameters (whatever the compressor produced).
+      obs: ``[B, *obs_shape]`` float32 observations of the roots.
+      env_state: the gymnax env states of the roots (leaves ``[B, ...]``).
+      key: ``[2]`` uint32 PRNG key (Gumbel noise, the model's own randomness).
+
+    Returns:
+      ``(action [B] int32, log_prob [B] float32 (log w of the action), action_weights [B, A] float32,
+      root_value [B] float32)``.
+    """
+    gym, gym_params = model
+    discount = jnp.float32(settings.discount)
+
+    def evaluate(p, o):
+        logits, value = apply(p, o)[:2]
+        return logits.astype(jnp.float32), value.astype(jnp.float32)
+
+    logits, value = evaluate(params, obs)
+    b = obs.shape[0]
+    root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=Node(env_state, jnp.zeros((b,), bool)))
+
+    def recurrent_fn(p, rng, action, node: Node):
+        keys = jax.random.split(rng, b)
+        next_obs, state, reward, terminated, _ = jax.vmap(gym.step_env, in_axes=(0, 0, 0, None))(
+            keys, node.state, action, gym_params)
+        child_logits, child_value = evaluate(p, next_obs.astype(jnp.float32))
+        ended = node.terminal | terminated  # below a terminal state nothing happens any more
+        out = mctx.RecurrentFnOutput(
+            reward=jnp.where(node.terminal, 0.0, reward.astype(jnp.float32)),
+            discount=jnp.where(ended, 0.0, discount),
+            prior_logits=child_logits,
+            value=jnp.where(ended, 0.0, child_value),
+        )
+        return out, Node(state, ended)
+
+    out = mctx.gumbel_muzero_policy(
+        params, key, root, recurrent_fn, num_simulations=settings.num_simulations, max_depth=settings.max_depth,
+        max_num_considered_actions=settings.max_num_considered_actions, gumbel_scale=settings.gumbel_scale)
+    action = out.action.astype(jnp.int32)
+    weights = out.action_weights.astype(jnp.float32)
+    log_prob = jnp.log(jnp.take_along_axis(weights, action[:, None], axis=1)[:, 0])
+    return action, log_prob, weights, out.search_tree.summary().value.astype(jnp.float32)
+
+
+class SearchActor(AnakinActor):
+    """:class:`~accerl_jax.actor.AnakinActor` whose every step is a :func:`search_policy` with the actor's
+    parameters: the same carry, reset, env-only timing (random actions, the ceiling) and compiled
+    rollout, returning a :class:`SearchRollout` ``[T, B, ...]``.
+
+    Args:
+      env: a gymnax adapter (:class:`~accerl_jax.envs.gymnax_env.GymnaxEnv`) with discrete actions.
+      apply, rollout_length, family: as :class:`~accerl_jax.actor.AnakinActor`.
+      settings: :class:`SearchSettings`.
+
+    Raises:
+      ValueError: an env with no gymnax model (envpool) or with continuous actions.
+    """
+
+    def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp", *,
+                 settings: SearchSettings = SearchSettings()):
+        if not hasattr(env, "model") or not env.info.jittable:
+            raise ValueError(f"{env.info.name}: a search needs a gymnax env as its model")
+        if env.info.continuous:
+            raise ValueError(f"{env.info.name}: a search needs discrete actions")
+        super().__init__(env, apply, rollout_length, family)
+        self.settings = settings
+        model = env.model
+        slots = env.info.bootstrap_slots(rollout_length)
+
+        def run(params, carry: ActorCarry):
+            def step(c: ActorCarry, _):
+                key, sub = jax.random.split(c.key)
+                action, log_prob, weights, root_value = search_policy(
+                    apply, model, settings, params, c.obs, c.env_state.env_state, sub)
+                env_state, tr = env.step(c.env_state, action)
+                return ActorCarry(env_state, tr.obs, key), (c.obs, action, log_prob, tr, weights, root_value)
+
+            carry, (obs, action, log_prob, tr, weights, root_value) = jax.lax.scan(
+                step, carry, None, length=rollout_length)
+            rollout: Rollout = rollout_from_steps(obs, action, log_prob, tr, slots)
+            return carry, SearchRollout(*rollout, action_weights=weights, root_value=root_value)
+
+        self.rollout_fn = run
+        self._rollout = xla.jit(run, family)
+
+
+def make_search_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp",
+                      groups: Sequence[int] | None = None, mesh=None, *, settings: SearchSettings):
+    """:func:`accerl_jax.actor.make_actor` for a search agent: a :class:`SearchActor`, or with ``groups`` a
+    :class:`~accerl_jax.actor.ShardedActor` of such (one group's env in ``env``) placed over ``mesh``.
+
+    Raises:
+      ValueError: as :class:`SearchActor`, or groups that do not split evenly over ``mesh``.
+    """
+    actor = SearchActor(env, apply, rollout_length, family, settings=settings)
+    # mctx's loops start from constant carries, which shard_map's varying-axes check refuses on several devices.
+    return actor if groups is None else ShardedActor(actor, groups, family, mesh, check_vma=False)
