@@ -22,8 +22,8 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass
 class Config:
-    """Train an actor-critic (IMPALA, Retrace or APPO) whose actors run a compressed copy of the learner's
-    policy (AcceRL)."""
+    """Train an actor-critic (IMPALA, Retrace or APPO) or a search agent (--agent search) whose actors run a
+    compressed copy of the learner's policy (AcceRL)."""
 
     preset: Optional[str] = None
     """Start from named settings for an environment family: 'classic' (gymnax classic control; the

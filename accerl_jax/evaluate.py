@@ -53,7 +53,7 @@ class Args:
     """Show a progress bar."""
     num_simulations: Annotated[Optional[int], tyro.conf.arg(metavar="INT", help_behavior_hint="(default: unset: the run's)")] = None
     """A search run (--agent search): simulations of the search at every evaluated step."""
-    no_search: bool = False
+    no_search: tyro.conf.FlagCreatePairsOff[bool] = False  # one flag, --no-search (no --no-no-search)
     """A search run: play its network alone (sampled, or with --greedy its argmax) instead of searching."""
 
 

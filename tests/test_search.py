@@ -249,7 +249,7 @@ def test_compressed_search_fidelity_is_logged(short_run):
 
 def test_search_summary_claims_no_corrector(short_run):
     """A search run uses no off-policy corrector: summary.json says null, the console title says what it
-    trains on instead, and neither names the --corrector default."""
+    trains on instead, neither names the --corrector default, and the console shows no importance-ratio row."""
     import json
 
     from accerl_jax.monitor.summary import format_summary
@@ -257,8 +257,11 @@ def test_search_summary_claims_no_corrector(short_run):
     summary, _ = short_run
     with open(os.path.join(summary["logdir"], "summary.json"), encoding="utf-8") as f:
         assert json.load(f)["corrector"] is None
-    title = format_summary(summary).splitlines()[0]
+    text = format_summary(summary)
+    title = text.splitlines()[0]
     assert "corrector none (search targets)" in title and "vtrace" not in title, title
+    # Its importance ratios are measured (abs_log_rho_mean) but nothing corrects by them: no ρ row.
+    assert summary["abs_log_rho_mean"] is not None and "ratios ρ" not in text, text
 
 
 def _device_main(logdir: str, short: bool = False) -> None:

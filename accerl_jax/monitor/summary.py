@@ -373,7 +373,9 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
                      f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
                      f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
                      f"{summary['network_evaluations_per_step']} network evaluations per env step"))
-    if summary.get("abs_log_rho_mean") is not None:
+    # A search run applies no correction (corrector None): its μ is the search's policy, not a behaviour
+    # policy to correct for, so the ratios would only mislead.
+    if summary.get("abs_log_rho_mean") is not None and summary.get("corrector") is not None:
         rows.append(("ratios ρ = π/μ", f"mean |log ρ| {summary['abs_log_rho_mean']:.3g}, "
                                        f"{100 * summary['rho_beyond_frac']:.1f}% above 1.1·ρ̄, "
                                        f"clipped mass {100 * summary['rho_clipped_mass']:.2f}% (last update)"))
