@@ -14,7 +14,6 @@ import dataclasses
 import math
 import os
 import textwrap
-from typing import ClassVar
 
 from accerl_jax.monitor.files import atomic_write_json
 
@@ -160,17 +159,13 @@ class Summary:
     # decisions, ...), added last (a loop may restate env_time_source).
     loop_fields: dict = dataclasses.field(default_factory=dict)
 
-    OPTIONAL: ClassVar[tuple] = ("base_config", "actor_config", "env_steps_per_seed", "final_return_mean_per_seed",
-                                 "seeds", "network_evaluations_per_step", "search_agreement_during_mean",
-                                 "search_agreement_during_min", "search_agreement", "search_tv_during_mean",
-                                 "search_tv_during_max", "search_tv")
-
     def to_json(self) -> dict:
         """The summary as written to ``summary.json`` (a fresh dict; JSON types)."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "loop_fields" or (f.name in self.OPTIONAL and value is None):
+            # The fields declared with a default of None apply only to some runs: left out while unset.
+            if f.name == "loop_fields" or (f.default is None and value is None):
                 continue
             out[f.name] = value
         out.update(self.loop_fields)
@@ -182,7 +177,9 @@ def write_summary(logdir: str, summary: dict) -> None:
     atomic_write_json(os.path.join(logdir, "summary.json"), summary)
 
 
-def _finite(rows: list[dict], key: str) -> list[float]:
+def finite_values(rows: list[dict], key: str) -> list[float]:
+    """The finite values of ``key`` in ``rows``, in order (rows without it, or with NaN/inf or a
+    non-number there, are skipped)."""
     values = []
     for r in rows:
         try:
@@ -229,10 +226,17 @@ def fidelity(rows: list[dict]) -> dict:
       ``{"kl_during_mean", "kl_during_max", "agreement_during_mean", "agreement_during_min",
       "lag_during_mean", "lag_during_max"}``.
     """
+    return mean_and_worst(rows, (("kl_learner_actor", "kl", max), ("action_agreement", "agreement", min),
+                                 ("policy_lag_versions", "lag", max)))
+
+
+def mean_and_worst(rows: list[dict], quantities) -> dict:
+    """Mean and worst over the logged ``rows`` of each ``(row key, name, worst)`` in ``quantities``
+    (``worst``: ``min`` or ``max``): ``{"<name>_during_mean", "<name>_during_<min|max>"}``, over the rows'
+    finite values; None for a quantity no row logged (or only as NaN/inf)."""
     out = {}
-    for key, name, worst in (("kl_learner_actor", "kl", max), ("action_agreement", "agreement", min),
-                             ("policy_lag_versions", "lag", max)):
-        values = _finite(rows, key)
+    for key, name, worst in quantities:
+        values = finite_values(rows, key)
         out[f"{name}_during_mean"] = sum(values) / len(values) if values else None
         out[f"{name}_during_{worst.__name__}"] = worst(values) if values else None
     return out

@@ -10,8 +10,6 @@ does for the KL.
 """
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
@@ -66,10 +64,11 @@ def summary_fields(cfg, rows: list[dict]) -> dict:
     the root and one per simulation, actor side) and, over the logged ``rows``, the compressed search's
     fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
-    out = {"network_evaluations_per_step": cfg.num_simulations + 1}
-    for key, worst in ((AGREEMENT, min), (TV, max)):
-        values = [float(r[key]) for r in rows if key in r and math.isfinite(float(r[key]))]
-        out[f"{key}_during_mean"] = sum(values) / len(values) if values else None
-        out[f"{key}_during_{worst.__name__}"] = worst(values) if values else None
+    from accerl_jax.monitor.summary import finite_values, mean_and_worst
+
+    out = {"network_evaluations_per_step": cfg.num_simulations + 1,
+           **mean_and_worst(rows, ((AGREEMENT, AGREEMENT, min), (TV, TV, max)))}
+    for key in (AGREEMENT, TV):
+        values = finite_values(rows, key)
         out[key] = values[-1] if values else None
     return out
