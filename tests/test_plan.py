@@ -196,8 +196,6 @@ REFUSALS = [
      ["bad --agent search for gymnax:Pendulum-v1", "discrete actions"]),
     ("search-sequential", dict(agent="search", loop="sequential"), {}, None,
      ["bad --loop sequential with --agent search", "Anakin loop only"]),
-    ("search-auto-compressor", dict(agent="search", compressor="auto"), {}, None,
-     ["bad --compressor auto with --agent search"]),
     ("search-retrace", dict(agent="search", corrector="retrace"), {}, None, ["bad --corrector retrace with --agent search"]),
     ("search-loss-appo", dict(agent="search", loss="appo"), {}, None, ["bad --loss 'appo' with --agent search"]),
     ("loss-search-without-search", dict(loss="search"), {}, None,

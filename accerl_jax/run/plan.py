@@ -194,18 +194,15 @@ def check_search(cfg: Config) -> None:
     the env's action space are checked where they are known (:func:`choose_loop`, :func:`make_plan`).
 
     Raises:
-      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--compressor auto``
-        (its decisions measure the model-free actor), ``--corrector retrace`` (the search's loss uses no
-        corrector; retrace would only add a Q head).
+      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--corrector retrace``
+        (the search's loss uses no corrector; retrace would only add a Q head). ``--compressor auto`` runs:
+        its gate resolves it to one compressor before training (:mod:`accerl_jax.run.auto_gate`).
     """
     if cfg.agent != "search":
         return
     if not cfg.env.startswith("gymnax:"):
         raise ConfigError(f"bad --env {cfg.env!r} with --agent search: the search steps the environment's own "
                           "model, which only gymnax envs expose; use a gymnax:<id> env")
-    if cfg.compressor == "auto":
-        raise ConfigError("bad --compressor auto with --agent search: auto measures the model-free actor; choose a "
-                          "fixed --compressor (none, int8, distill:small, ...)")
     if cfg.corrector == "retrace":
         raise ConfigError("bad --corrector retrace with --agent search: the search's loss takes no corrector and "
                           "retrace would add an unused Q head; leave --corrector out")

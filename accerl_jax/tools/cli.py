@@ -67,7 +67,7 @@ GROUPS = (
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",
-        "auto_candidates", "auto_every", "auto_max_clip")),
+        "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
         "agent", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale", "n_step")),
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
@@ -82,7 +82,7 @@ GROUPS = (
 # --help's one line for each flag of the common group (--help-all has the full help of every flag).
 SHORT_HELP = {
     "preset": "named settings: classic, minatar, atari, mujoco, search",
-    "config": "a YAML or TOML file of settings (these flags' names)",
+    "config": "a YAML or TOML file of settings (flag names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
     "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
