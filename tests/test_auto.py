@@ -318,6 +318,10 @@ def test_auto_with_envpool_in_sebulba_and_anakin(tmp_path, monkeypatch, loop_nam
     assert [(d["trigger"], d["chosen"], d["switched"]) for d in lines] == [("initial", "distill:tiny", True)]
     assert summary["auto_running"] == "distill:tiny" and summary["auto_skipped_evaluations"] >= 1
     assert summary["actor_params"] < summary["learner_params"]
+    # envpool's host envs: the cost-split gate cannot count the actor's FLOPs, so auto runs as before and says so.
+    gate = summary["auto_gate"]
+    assert not gate["applied"] and gate["outcome"] == "auto" and gate["ceiling"] is None
+    assert gate["reason"].startswith("auto's cost-split gate was not applied: ") and "envpool" in gate["reason"]
 
 
 def test_gate_keeps_none_on_the_default_job(tmp_path, capsys):

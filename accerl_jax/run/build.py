@@ -248,7 +248,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
     must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
     on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
     sequential loop's holds this process's own on its first device. ``wall_start`` (default: now) is the
-    ``time.perf_counter()`` the run's wall time counts from.
+    ``time.perf_counter()`` the run's wall time counts from. ``--compressor auto`` first passes its
+    cost-split gate (:func:`gate_auto`), which may resolve it to one compressor: the Run's ``cfg`` and
+    ``plan`` are then those of that compressor (``auto_gate`` records why).
 
     Raises:
       ConfigError: the run folder claimed or locked by another process meanwhile, or a ``--resume``
