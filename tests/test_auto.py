@@ -321,7 +321,8 @@ def test_auto_with_envpool_in_sebulba_and_anakin(tmp_path, monkeypatch, loop_nam
     # envpool's host envs: the cost-split gate cannot count the actor's FLOPs, so auto runs as before and says so.
     gate = summary["auto_gate"]
     assert not gate["applied"] and gate["outcome"] == "auto" and gate["ceiling"] is None
-    assert gate["reason"].startswith("auto's cost-split gate was not applied: ") and "envpool" in gate["reason"]
+    assert gate["reason"].startswith("auto ran its candidates without its cost-split gate, which could not count "
+                                     "this run's FLOPs: the actor steps host (envpool) environments")
 
 
 def test_gate_keeps_none_on_the_default_job(tmp_path, capsys):
@@ -361,3 +362,27 @@ def test_gate_turns_compression_on_for_a_search_run(tmp_path, monkeypatch, capsy
     assert fastest != "none" and gate["resolved"] == fastest == summary["compressor"]
     assert summary["actor_param_bytes"] < 4 * summary["learner_params"]  # a compressed actor
     assert f"auto chose {fastest} for the search actor" in capsys.readouterr().out
+
+
+def test_gate_rules_and_the_search_pick_margin():
+    """The gate's decision at, under and without a counted ceiling, and the search pick: a compressed
+    candidate only where it beats the uncompressed forward by MIN_SPEEDUP (else timing noise decides)."""
+    from accerl_jax.run import auto_gate
+
+    assert auto_gate.decide(0.5, 0.49, search=False) == "none" == auto_gate.decide(0.5, 0.49, search=True)
+    assert auto_gate.decide(0.5, 0.5, search=False) == "auto" and auto_gate.decide(0.5, 0.5, search=True) == "pick"
+    assert auto_gate.decide(0.5, None, search=False) == "auto" and auto_gate.decide(0.0, None, search=True) == "pick"
+
+    class Timed:  # AutoCompressor's timing, stubbed
+        def __init__(self, seconds):
+            self.seconds, self.base_forward_s = seconds, 1.0
+
+        def forward_seconds(self, params, obs):
+            assert obs.shape == (2, 3, 4)
+            return dict(self.seconds)
+
+    close = 0.5 * (1 + 1 / auto_gate.MIN_SPEEDUP)  # faster than none, but by less than the margin
+    assert close < 1.0 and auto_gate.pick_fastest(Timed({"none": 1.0, "int8": close}), {}, (4,), "float32", 3, 2)[0] == "none"
+    assert auto_gate.pick_fastest(Timed({"none": 1.0, "int8": 0.5, "bf16": 0.7}), {}, (4,), "float32", 3, 2)[0] == "int8"
+    record = auto_gate.record(0.5, None, "auto", why_not=auto_gate.not_countable(True, 2))
+    assert not record["applied"] and "2 processes" in record["reason"] and record["resolved"] is None

@@ -117,4 +117,7 @@ def int8(spec: networks.NetworkSpec, quantize_heads: bool = False) -> Compressor
             return _requantize(params, state)
         return _calibrate_and_quantize(params, obs, state.calibrations)
 
-    return Compressor(init, compress, actor_apply=lambda apply: quantized()[0].apply)
+    def actor_apply(apply):
+        return lambda params, obs, *args, **kwargs: quantized()[0].apply(params, obs, *args, **kwargs)
+
+    return Compressor(init, compress, actor_apply=actor_apply)

@@ -92,8 +92,8 @@ def record(min_share: float, flops: dict | None, outcome: str, *, why_not: str |
     resolved to (None for ``"auto"``) and ``reason``, one sentence in words."""
     ceiling = None if flops is None else flops["ceiling"]
     if flops is None:
-        counted = ("auto's cost-split gate is off (--auto-min-actor-share 0)" if why_not is None else
-                   f"auto's cost-split gate was not applied: {why_not}")
+        counted = ("without its cost-split gate (--auto-min-actor-share 0)" if why_not is None else
+                   f"without its cost-split gate, which could not count this run's FLOPs: {why_not}")
     else:
         side = "below" if ceiling < min_share else "at least"
         counted = (f"the actor is {_pct(ceiling)} of an update by FLOPs, {side} the {_pct(min_share)} "
@@ -106,10 +106,11 @@ def record(min_share: float, flops: dict | None, outcome: str, *, why_not: str |
         how = (f"{chosen} had the fastest forward pass of --auto-candidates at the actor's batch of {batch}{speed}"
                if chosen != "none" else f"no candidate's forward pass at the actor's batch of {batch} was "
                f"{MIN_SPEEDUP:g}x as fast as the uncompressed one")
-        reason = (f"auto chose {chosen} for the search actor: {counted}; {how}, timed once before training, "
+        sep = " " if flops is None else ": "
+        reason = (f"auto chose {chosen} for the search actor{sep}{counted}; {how}, timed once before training, "
                   "kept for the whole run (no KL check: a search run cannot switch compressors)")
     else:
-        reason = f"auto ran its candidates: {counted}"
+        reason = f"auto ran its candidates {counted}" if flops is None else f"auto ran its candidates: {counted}"
     out = {"min_actor_share": min_share, "applied": flops is not None, "ceiling": ceiling, "outcome": outcome,
            "resolved": chosen if outcome == "pick" else "none" if outcome == "none" else None, "reason": reason}
     if flops is not None:
