@@ -70,6 +70,7 @@ _ANALYSED: dict[str, float] = {}
 # a later process counting the same program at the same JAX version and device reads the number instead
 # of lowering the unrolled program again (--compressor auto's gate counts before training).
 STORE_DIR = "accerl_flops"
+COUNT_VERSION = 1  # part of the stored counts' key: change it when the way a program is counted (_unrolled) changes
 
 
 def _stored_path(key: str) -> str | None:
@@ -108,7 +109,7 @@ def flops_and_shape(fn: Callable, *args) -> tuple[float, Any]:
     key = hashlib.sha256(str(closed).encode()).hexdigest()
     if key not in _ANALYSED:
         device = jax.devices()[0]
-        disk_key = hashlib.sha256(f"{key} {jax.__version__} {device.platform} {device.device_kind}".encode()).hexdigest()
+        disk_key = hashlib.sha256(f"{key} {COUNT_VERSION} {jax.__version__} {device.platform} {device.device_kind}".encode()).hexdigest()
         stored = _read_stored(disk_key)
         if stored is None:
             unrolled = _unrolled(closed)
