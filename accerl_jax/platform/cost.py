@@ -109,7 +109,8 @@ def flops_and_shape(fn: Callable, *args) -> tuple[float, Any]:
     key = hashlib.sha256(str(closed).encode()).hexdigest()
     if key not in _ANALYSED:
         device = jax.devices()[0]
-        disk_key = hashlib.sha256(f"{key} {COUNT_VERSION} {jax.__version__} {device.platform} {device.device_kind}".encode()).hexdigest()
+        disk_key = f"{key} {COUNT_VERSION} {jax.__version__} {device.platform} {device.device_kind}"
+        disk_key = hashlib.sha256(disk_key.encode()).hexdigest()
         stored = _read_stored(disk_key)
         if stored is None:
             unrolled = _unrolled(closed)

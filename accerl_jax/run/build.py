@@ -323,7 +323,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
                                           family=spec.family, groups=groups, mesh=mesh if global_state else None)
         gate = counted_flops = None
-        if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate): may resolve it to one compressor
+        if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate) may resolve it
             cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, actor_for, update, params,
                                                                    state, k_actor, learner_apply, info)
         reuse = plan.takes_teacher and cfg.distill_reuse_teacher
