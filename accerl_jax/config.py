@@ -14,6 +14,8 @@ import tyro
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 # --agent values (Config.agent).
 AGENTS = ("actor-critic", "search")
+# --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks).
+NETWORKS = ("auto", "mlp", "cnn", "minatar")
 
 
 class ConfigError(ValueError):
@@ -75,6 +77,12 @@ class Config:
     --corrector retrace."""
     ppo_clip: float = 0.2
     """APPO: the surrogate clips the ratio π/π_old to [1 - ε, 1 + ε]."""
+    normalize_advantages: bool = False
+    """APPO: normalise the advantages of each minibatch to mean 0 and std 1 (over the whole minibatch, on
+    every device count), as PureJaxRL's and CleanRL's PPO (CleanRL's norm_adv)."""
+    minibatch_unit: str = "columns"
+    """APPO: what a minibatch draws: 'columns' (whole trajectories of --rollout-length steps) or
+    'transitions' (single steps shuffled over the whole batch, as PureJaxRL's and CleanRL's PPO)."""
     epochs: int = 0
     """APPO: passes over each rollout; 0 (default): 8 with appo, 1 with actor-critic (which takes only 1)."""
     minibatches: int = 1
@@ -153,10 +161,16 @@ class Config:
     """Adam learning rate of the learner, linearly annealed to 0 over the budget (see --anneal-lr)."""
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over the budget; --no-anneal-lr keeps it constant."""
+    network: str = "auto"
+    """The learner's network family: 'auto' (an MLP for vector observations, the Nature-DQN CNN for
+    images), 'mlp' (on images: the flattened image, as PureJaxRL's MinAtar agent), 'cnn' (Nature DQN:
+    three convolutions and a dense layer) or 'minatar' (the MinAtar paper's network: one 16-channel 3x3
+    convolution and a 128-unit dense layer). The actor's compressed network is derived from it."""
     hidden_sizes: tuple[int, ...] = ()
     """Hidden widths of the learner's network: for an MLP any number of layers (e.g. --hidden-sizes 64 64);
-    for the conv net four numbers (three conv channel counts, then the dense size). Unset (empty): the
-    network family's own widths (shown as the default)."""
+    for the conv net four numbers (three conv channel counts, then the dense size); for the MinAtar
+    network two (conv channels, then the dense size). Unset (empty): the network family's own widths
+    (shown as the default)."""
     discount: float = 0.99
     """Discount γ per agent step."""
     # The flag is --lambda (accerl_jax.tools.cli also accepts the field's own name, --lambda_, without listing it).
@@ -330,6 +344,8 @@ def validate(cfg: Config) -> None:
         ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
         ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
+        ("minibatch_unit", cfg.minibatch_unit in ("columns", "transitions"), "'columns' or 'transitions'"),
+        ("network", cfg.network in NETWORKS, ", ".join(repr(n) for n in NETWORKS)),
         ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
         ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),
         ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),

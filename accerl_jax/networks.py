@@ -2,8 +2,15 @@
 
 * ``mlp``: MLP torsos (default 256, 256; ReLU) for the policy (logits) and the value,
   for vector observations (gymnax classic control, envpool ``CartPole-v1``).
+  On image observations (``--network mlp``) the MLP reads the flattened image (uint8 scaled by 1/255), as
+  PureJaxRL's MinAtar agent does.
 * ``cnn``: the Nature-DQN torso (Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512)
   for stacked Atari frames ``[4, 84, 84]`` uint8 (envpool) or MinAtar grids ``[10, 10, C]``.
+* ``minatar``: the MinAtar paper's network (Young & Tian 2019: one 16-channel 3x3 stride-1 convolution,
+  a 128-unit dense layer) with policy and value heads, for MinAtar grids.
+
+:data:`NETWORKS` names the choices of ``--network``; ``auto`` is :func:`default_spec`'s choice for the
+observations (``mlp`` for vectors, ``cnn`` for images).
 
 A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
 students (:func:`student_spec`) without special network classes.
@@ -27,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accerl_jax.config import NETWORKS  # --network's choices (config holds them: it sits below)
 from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
@@ -34,6 +42,11 @@ from accerl_jax.types import ApplyFn
 STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125}
 # Smallest image side the CNN accepts: three unpadded 3x3 stride-1 convolutions leave 1 pixel of 7.
 MIN_CNN_SIDE = 7
+# Smallest image side the MinAtar network accepts: one unpadded 3x3 convolution leaves 1 pixel of 3.
+MIN_MINATAR_SIDE = 3
+# Each family's default widths: MLP hidden sizes; the CNN's three conv channel counts then its dense size;
+# the MinAtar network's conv channel count then its dense size.
+DEFAULT_WIDTHS = {"mlp": (64, 64), "cnn": (32, 64, 64, 512), "minatar": (16, 128)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +54,9 @@ class NetworkSpec:
     """What network to build.
 
     Attributes:
-      family: ``"mlp"`` or ``"cnn"``.
-      widths: MLP hidden sizes, or for ``cnn`` the three conv channel counts then the dense size.
+      family: ``"mlp"``, ``"cnn"`` or ``"minatar"``.
+      widths: MLP hidden sizes; for ``cnn`` the three conv channel counts then the dense size; for
+        ``minatar`` the conv channel count then the dense size.
       num_actions: number of discrete actions ``A``.
       obs_shape: shape of one observation (without batch dims).
       channels_first: ``cnn`` only; True for envpool's ``[C, H, W]`` frames.
@@ -60,12 +74,22 @@ class NetworkSpec:
     q_head: bool = False
 
 
-def _mlp_torsos(obs, widths: Sequence[int]):
+def _scaled(obs) -> jax.Array:
+    """``obs`` as float32, uint8 pixels scaled by 1/255."""
+    return obs.astype(jnp.float32) * (1.0 / 255.0) if obs.dtype == jnp.uint8 else obs.astype(jnp.float32)
+
+
+def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
     """The separate policy and value ReLU torsos (``dense_i`` / ``value_dense_i``) of the MLP networks.
 
-    Called inside a module's ``nn.compact`` method, so the layers belong to that module.
+    ``obs [..., *obs_shape]`` with ``obs_rank = len(obs_shape)``; an image (rank > 1) is flattened and
+    uint8 pixels scaled by 1/255. Called inside a module's ``nn.compact`` method, so the layers belong to
+    that module.
     """
-    x = obs.astype(jnp.float32)
+    if obs_rank == 1:
+        x = obs.astype(jnp.float32)
+    else:
+        x = _scaled(obs).reshape(obs.shape[:-obs_rank] + (-1,))
     init = nn.initializers.orthogonal(np.sqrt(2))
     pi, v = x, x
     for i, w in enumerate(widths):
@@ -87,10 +111,11 @@ class MLPActorCritic(nn.Module):
     num_actions: int
     q_head: bool = False  # a Q head on the value torso (Retrace actor-critic)
     return_q: bool = False  # also return Q: (logits, value, q)
+    obs_rank: int = 1  # rank of one observation; > 1: an image, flattened
 
     @nn.compact
     def __call__(self, obs):
-        pi, v = _mlp_torsos(obs, self.widths)
+        pi, v = _mlp_torsos(obs, self.widths, self.obs_rank)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
         return _with_q(self, logits, value[..., 0], v)
@@ -124,6 +149,51 @@ class CNNActorCritic(nn.Module):
             x = nn.relu(nn.Conv(ch, (k, k), (s, s), padding="VALID", kernel_init=init, name=f"conv_{i}")(x))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(d, kernel_init=init, name="dense_0")(x))
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
+        logits, value = logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
+        return _with_q(self, logits, value, x, batch_shape)
+
+
+def _patches(x: jax.Array, k: int) -> jax.Array:
+    """The ``k x k`` patches of NHWC images, unpadded, stride 1: ``[N, H, W, C]`` ->
+    ``[N, H-k+1, W-k+1, k*k*C]`` (row-major over the window, channels last, as a ``[k, k, C, out]``
+    conv kernel flattens)."""
+    h, w = x.shape[1] - k + 1, x.shape[2] - k + 1
+    return jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
+
+
+class MinAtarActorCritic(nn.Module):
+    """The MinAtar paper's network with policy and value heads. ``obs [..., H, W, C]`` ->
+    ``(logits [..., A], value [...])``.
+
+    Young & Tian 2019 ("MinAtar", their DQN and actor-critic agents): one 3x3 stride-1 unpadded
+    convolution with ``widths[0]`` (16) channels, ReLU, flatten, a ``widths[1]`` (128) unit dense layer,
+    ReLU; here both heads read that layer. The convolution is computed as one matmul over the image's
+    3x3 patches (``conv_0`` is a dense layer of ``9 C -> widths[0]``, the same function as ``nn.Conv``
+    with that kernel reshaped): on XLA:CPU a conv's gradient is far slower than a matmul's, and the
+    learner's gradient steps then compile and run like an MLP's (no unrolled loop, as the ``cnn`` family
+    needs there: :func:`accerl_jax.platform.xla.gradient_loop_unroll`).
+    """
+
+    widths: Sequence[int]
+    num_actions: int
+    channels_first: bool = False
+    q_head: bool = False
+    return_q: bool = False
+
+    @nn.compact
+    def __call__(self, obs):
+        x = _scaled(obs)
+        batch_shape = x.shape[:-3]
+        x = x.reshape((-1,) + x.shape[-3:])
+        if self.channels_first:
+            x = jnp.transpose(x, (0, 2, 3, 1))
+        channels, dense = self.widths
+        init = nn.initializers.orthogonal(np.sqrt(2))
+        x = nn.relu(nn.Dense(channels, kernel_init=init, name="conv_0")(_patches(x, 3)))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(dense, kernel_init=init, name="dense_0")(x))
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
         logits, value = logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
@@ -181,33 +251,46 @@ def policy_distribution(policy_out: jax.Array, continuous: bool) -> distrax.Dist
 
 def default_spec(
     obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False, *, action_dim: int = 0,
-    q_head: bool = False,
+    q_head: bool = False, network: str = "auto",
 ) -> NetworkSpec:
-    """The learner network for an observation shape: MLP(64, 64) for vectors (separate policy and value
-    trunks, as PureJaxRL's and CleanRL's PPO), Nature CNN for images.
+    """The learner network for an observation shape, with its family's default widths
+    (:data:`DEFAULT_WIDTHS`).
 
-    ``action_dim`` > 0 asks for a Gaussian policy over ``action_dim`` continuous actions (vector
-    observations only); ``q_head`` for a Q head (discrete only).
+    ``network`` (``--network``): ``"auto"`` is MLP(64, 64) for vectors (separate policy and value trunks,
+    as PureJaxRL's and CleanRL's PPO) and the Nature CNN for images; ``"mlp"`` on images flattens them;
+    ``"cnn"`` and ``"minatar"`` take images only. ``action_dim`` > 0 asks for a Gaussian policy over
+    ``action_dim`` continuous actions (vector observations only); ``q_head`` for a Q head (discrete only).
 
     Raises:
-      ValueError: for an observation rank other than 1 or 3, images smaller than
-        :data:`MIN_CNN_SIDE` pixels a side (the convolutions would leave no features), continuous
-        actions with image observations, or a Q head with continuous actions.
+      ValueError: ``network`` not in :data:`NETWORKS`; an observation rank other than 1 or 3; a conv
+        family on vector observations; images smaller than the family's convolutions need
+        (:data:`MIN_CNN_SIDE`, :data:`MIN_MINATAR_SIDE`); continuous actions with image observations;
+        a Q head with continuous actions.
     """
+    if network not in NETWORKS:
+        raise ValueError(f"unknown network {network!r}; expected one of {', '.join(NETWORKS)}")
     if action_dim and q_head:
         raise ValueError("a Q head needs discrete actions; continuous actions have no finite Q table")
+    if len(obs_shape) not in (1, 3):
+        raise ValueError(f"no network for observation shape {obs_shape}; expected rank 1 or 3")
+    family = network if network != "auto" else "mlp" if len(obs_shape) == 1 else "cnn"
     if len(obs_shape) == 1:
-        return NetworkSpec("mlp", (64, 64), num_actions, tuple(obs_shape), action_dim=action_dim, q_head=q_head)
-    if len(obs_shape) == 3:
-        if action_dim:
-            raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "
-                             "Gaussian policies use the MLP (vector observations)")
-        height, width = obs_shape[1:] if channels_first else obs_shape[:2]
-        if min(height, width) < MIN_CNN_SIDE:
-            raise ValueError(f"image observations {obs_shape} are {height}x{width}; the CNN's three 3x3 "
-                             f"convolutions need at least {MIN_CNN_SIDE}x{MIN_CNN_SIDE} pixels")
-        return NetworkSpec("cnn", (32, 64, 64, 512), num_actions, tuple(obs_shape), channels_first, q_head=q_head)
-    raise ValueError(f"no default network for observation shape {obs_shape}; expected rank 1 or 3")
+        if family != "mlp":
+            raise ValueError(f"network {network!r} takes image observations; these are vectors {obs_shape}: "
+                             "use mlp (or auto)")
+        return NetworkSpec("mlp", DEFAULT_WIDTHS["mlp"], num_actions, tuple(obs_shape), action_dim=action_dim,
+                           q_head=q_head)
+    if action_dim:
+        raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "
+                         "Gaussian policies use the MLP (vector observations)")
+    height, width = obs_shape[1:] if channels_first else obs_shape[:2]
+    need = {"cnn": (MIN_CNN_SIDE, "CNN's three 3x3 convolutions"),
+            "minatar": (MIN_MINATAR_SIDE, "MinAtar network's 3x3 convolution")}.get(family)
+    if need and min(height, width) < need[0]:
+        raise ValueError(f"image observations {obs_shape} are {height}x{width}; the {need[1]} need at least "
+                         f"{need[0]}x{need[0]} pixels")
+    return NetworkSpec(family, DEFAULT_WIDTHS[family], num_actions, tuple(obs_shape), channels_first,
+                       q_head=q_head)
 
 
 def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
@@ -254,7 +337,9 @@ def hidden_layers(spec: NetworkSpec) -> list[list[tuple[str, tuple[str, ...]]]]:
     if spec.family == "cnn":
         return [[("conv_0", ("conv_1",)), ("conv_1", ("conv_2",)), ("conv_2", ("dense_0",)),
                  ("dense_0", ("policy_head", "value_head") + q)]]
-    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp' or 'cnn'")
+    if spec.family == "minatar":
+        return [[("conv_0", ("dense_0",)), ("dense_0", ("policy_head", "value_head") + q)]]
+    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp', 'cnn' or 'minatar'")
 
 
 def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
@@ -268,10 +353,12 @@ def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
             raise ValueError(f"continuous actions need the 'mlp' family, not {spec.family!r}")
         return MLPGaussianActorCritic(spec.widths, spec.action_dim)
     if spec.family == "mlp":
-        return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q)
+        return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q, len(spec.obs_shape))
     if spec.family == "cnn":
         return CNNActorCritic(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
-    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp' or 'cnn'")
+    if spec.family == "minatar":
+        return MinAtarActorCritic(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
+    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp', 'cnn' or 'minatar'")
 
 
 def init_params(spec: NetworkSpec, key: jax.Array):

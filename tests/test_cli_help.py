@@ -81,9 +81,11 @@ def test_hidden_sizes_help_says_what_its_empty_default_means(help_text):
 
     text = entry(help_text, "--hidden-sizes")
     assert "(default: )" not in help_text and "(default: ()" not in help_text
-    mlp = " ".join(map(str, default_spec((4,), 2).widths))
-    cnn = " ".join(map(str, default_spec((84, 84, 4), 6).widths))
-    assert f"(default: unset: {mlp} (MLP) for vector observations, {cnn} (Nature-DQN CNN) for images)" in text, text
+    widths = {net: " ".join(map(str, default_spec((84, 84, 4), 6, network=net).widths))
+              for net in ("mlp", "cnn", "minatar")}
+    assert default_spec((4,), 2).widths == default_spec((84, 84, 4), 6, network="mlp").widths
+    assert (f"(default: unset: the --network family's own: {widths['mlp']} (mlp), {widths['cnn']} (cnn), "
+            f"{widths['minatar']} (minatar))") in text, text
 
 
 def test_optional_flags_show_a_clean_metavar_and_what_unset_means(help_text):

@@ -256,6 +256,8 @@ GRID_FAMILIES = {
     "mlp_q": networks.NetworkSpec("mlp", (8, 8), 3, (4,), q_head=True),
     "mlp_gaussian": networks.NetworkSpec("mlp", (8, 8), 3, (3,), action_dim=2),
     "cnn_q": networks.NetworkSpec("cnn", (4, 4, 4, 8), 3, (7, 7, 2), q_head=True),
+    "minatar_q": networks.NetworkSpec("minatar", (4, 8), 3, (5, 5, 2), q_head=True),  # --network minatar
+    "mlp_image": networks.NetworkSpec("mlp", (8, 8), 3, (5, 5, 2)),  # --network mlp on images (flattened)
 }
 GRID_SPECS = ["none", "mask:0.5,global", "prune:0.5", "prune:0.5+distill", "fakequant:8", "int8:all", "bf16",
               "distill:small", "distill:small+int8", "prune:0.5+int8"]

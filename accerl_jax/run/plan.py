@@ -145,11 +145,18 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
                           f"drop the flag{fix}")
     if conflict is not None:
         raise ConfigError(f"bad --loss/--corrector combination: {conflict[1]}")
+    if cfg.minibatch_unit != "columns" and loss != "appo":
+        raise ConfigError(f"bad --minibatch-unit {cfg.minibatch_unit} with --loss {loss}: only APPO draws "
+                          "minibatches; use --loss appo, or drop the flag")
+    if cfg.normalize_advantages and loss != "appo":
+        raise ConfigError(f"bad --normalize-advantages with --loss {loss}: it normalises APPO's minibatch "
+                          "advantages; use --loss appo, or drop the flag")
     return learner_lib.LossConfig(
         corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
         epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step,
+        normalize_advantages=cfg.normalize_advantages, minibatch_unit=cfg.minibatch_unit,
     )
 
 
@@ -450,24 +457,30 @@ def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update
 
 
 def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
-    """The learner's network for ``env``'s observations and actions: the family's default
+    """The learner's network for ``env``'s observations and actions: the family ``--network`` names
     (:func:`accerl_jax.networks.default_spec`; a Q head with ``--corrector retrace``), widths from
     ``--hidden-sizes`` if given.
 
     Raises:
-      ConfigError: observations no network family takes, or ``--hidden-sizes`` of the wrong length for a
-        conv net.
+      ConfigError: a ``--network`` the observations don't fit, observations no network family takes, or
+        ``--hidden-sizes`` of the wrong length for a conv net.
     """
     try:
         spec = networks.default_spec(env.obs_shape, env.num_actions, env.channels_first,
-                                     action_dim=env.action_dim, q_head=cfg.corrector == "retrace")
+                                     action_dim=env.action_dim, q_head=cfg.corrector == "retrace",
+                                     network=cfg.network)
     except ValueError as err:
-        raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
+        flag = "--env" if cfg.network == "auto" else "--network"
+        value = cfg.env if cfg.network == "auto" else cfg.network
+        raise ConfigError(f"bad {flag} {value!r} for {cfg.env}: {err}" if flag == "--network"
+                          else f"bad --env {value!r}: {err}") from None
     if cfg.hidden_sizes:
-        if spec.family == "cnn" and len(cfg.hidden_sizes) != len(spec.widths):
-            raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} (a conv net): "
-                              f"expected {len(spec.widths)} numbers, three conv channel counts then the dense size, "
-                              f"e.g. {' '.join(map(str, spec.widths))}")
+        meaning = {"cnn": "three conv channel counts then the dense size",
+                   "minatar": "the conv channel count then the dense size"}
+        if spec.family in meaning and len(cfg.hidden_sizes) != len(spec.widths):
+            raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} (the "
+                              f"{spec.family} network): expected {len(spec.widths)} numbers, "
+                              f"{meaning[spec.family]}, e.g. {' '.join(map(str, spec.widths))}")
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
     return spec
 

@@ -62,8 +62,8 @@ GROUPS = (
         "preset", "config", "env", "compressor", "corrector", "loss", "total_steps", "num_envs", "rollout_length",
         "seed", "logdir", "loop", "resume", "overwrite")),
     ("learner", "the learner: optimizer, network, losses, off-policy correction", (
-        "learning_rate", "anneal_lr", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
-        "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "epochs", "minibatches")),
+        "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
+        "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",
@@ -111,7 +111,8 @@ UNSET = {
     "max_depth": ("INT", "unset: no limit but the simulations"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
-HIDDEN_SIZES_UNSET = "unset: 64 64 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
+HIDDEN_SIZES_UNSET = ("unset: the --network family's own: 64 64 (mlp), 32 64 64 512 (cnn), 16 128 "
+                      "(minatar)")
 # Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
 HIDDEN_ALIASES = {"--lambda_": "--lambda"}
 
@@ -353,11 +354,11 @@ def short_help(default: Config, prog: str, width: int = 80) -> str:
         shown = "unset" if value is None else ("on" if value else "off") if isinstance(value, bool) else \
             " ".join(map(str, value)) if isinstance(value, tuple) else value
         lines += wrap(f"{SHORT_HELP[f]} [{shown}]", initial_indent=f"  {flag(f):<18} ", subsequent_indent=" " * 21)
-    lines += ["", "more flags, each explained by --help-all (and in docs/CLI.md):"]
+    lines += ["", "more flags:"]
     for name, _, fields in GROUPS[1:]:
         lines += wrap(" ".join(flag(f) for f in fields), initial_indent=f"  {name + ':':<13} ",
                       subsequent_indent=" " * 16)
-    lines += ["", *wrap(f"{prog} --help-all: every flag with its help, default and accepted values")]
+    lines += wrap("every flag's help, default and accepted values: --help-all (or docs/CLI.md)")
     return "\n".join(lines)
 
 
