@@ -273,6 +273,7 @@ COMMON_NAMES = {
     "update_epochs": "epochs", "n_epochs": "epochs", "num_epochs": "epochs", "num_sgd_iter": "epochs",
     "ppo_epochs": "epochs",
     "num_minibatches": "minibatches", "n_minibatches": "minibatches",
+    "norm_adv": "normalize_advantages", "normalize_advantage": "normalize_advantages",
     "total_timesteps": "total_steps", "num_timesteps": "total_steps", "timesteps": "total_steps",
     "n_envs": "num_envs", "num_envs_per_worker": "num_envs", "env_id": "env", "env_name": "env",
     "net_arch": "hidden_sizes", "hidden_dims": "hidden_sizes", "log_dir": "logdir", "output_dir": "logdir",
