@@ -102,7 +102,7 @@ class SebulbaStepper:
                 actor_params, comp_state = run.compressor.init(state.params, run.k_comp, jnp.asarray(first_obs))
                 jax.block_until_ready(actor_params)
         else:
-            state, lagged, comp_state, base_key = run.restored
+            state, lagged, comp_state, base_key = run.restored[:4]
             actor_params = lagged[-1]
         self.state = state
         self.thread_key, self.saved_key = jax.random.split(base_key)
