@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 EPSILON = 1e-8  # gym's NormalizeObservation / NormalizeReward epsilon
+PRIOR_COUNT = 1e-4  # gym's RunningMeanStd starts from mean 0, variance 1 with this count
 CLIP = 10.0  # gym's and CleanRL's clip of normalised observations and scaled rewards
 
 
@@ -55,8 +56,12 @@ class NormState(NamedTuple):
 
 
 def init_stats(shape) -> RunningStats:
-    """Empty statistics of a quantity of shape ``shape`` (count 0, mean 0, M2 0; float32)."""
-    return RunningStats(jnp.zeros((), jnp.float32), jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+    """The statistics before any sample, of a quantity of shape ``shape``: gym's ``RunningMeanStd`` start,
+    mean 0 and variance 1 with a count of :data:`PRIOR_COUNT` (float32), so that the first rollout, which
+    is normalised before any statistics exist, passes nearly unchanged; the prior's weight in the
+    statistics is negligible after a single sample."""
+    count = jnp.full((), PRIOR_COUNT, jnp.float32)
+    return RunningStats(count, jnp.zeros(shape, jnp.float32), jnp.full(shape, PRIOR_COUNT, jnp.float32))
 
 
 def init_state(obs_shape, num_envs: int, observations: bool, rewards: bool) -> NormState:

@@ -665,7 +665,7 @@ def test_normalised_job_on_two_devices_equals_one_device(tmp_path):
     got = run_device_main("test_devices", 2, "_normalised_job_devices", (str(tmp_path / "two"),))
     assert got["devices"] == 2 and got["summary"]["learner_devices"] == 2 and one["summary"]["learner_devices"] == 1
     assert got["summary"]["final_return_mean"] == one["summary"]["final_return_mean"]  # the same episodes
-    assert list(got["normalizer"]) == list(one["normalizer"]) and one["normalizer"][".normalizer.obs.count"] == 6 * 64
+    assert list(got["normalizer"]) == list(one["normalizer"]) and one["normalizer"][".normalizer.obs.count"] == pytest.approx(6 * 64, abs=1e-3)
     for k, v in one["normalizer"].items():
         np.testing.assert_allclose(got["normalizer"][k], v, rtol=RTOL, atol=ATOL, err_msg=k)
     for a, b in zip(one["params"], got["params"], strict=True):

@@ -494,7 +494,7 @@ def test_normalised_run_exports_and_evaluates_with_its_frozen_statistics(tmp_pat
                         normalize_rewards=True, logdir=str(logdir), progress=False))
     leaves = checkpoint.read_leaves(str(logdir), 2)
     mean, m2, count = (leaves[f".normalizer.obs.{k}"] for k in ("mean", "m2", "count"))
-    assert count == 64 and np.all(m2 > 0)
+    assert count == pytest.approx(64, abs=1e-3) and np.all(m2 > 0)
     loaded = trained.load(str(logdir), policy="actor", num_envs=1)
     record = export.export_trained(loaded, str(tmp_path / "out"))
     assert record["normalize_observations"] is True and record["exported_matches_framework"]["actions_equal"]

@@ -10,8 +10,8 @@ from accerl_jax import normalize as nz
 def test_chan_combination_of_batches_equals_numpy_on_their_concatenation():
     rng = np.random.default_rng(0)
     batches = [rng.normal(3.0, 2.0, (n, 4)).astype(np.float32) for n in (5, 17, 1, 40)]
-    stats = nz.init_stats((4,))
-    for b in batches:
+    stats = nz.batch_stats(jnp.asarray(batches[0]))
+    for b in batches[1:]:
         stats = nz.combine(stats, nz.batch_stats(jnp.asarray(b)))
     data = np.concatenate(batches)
     np.testing.assert_allclose(stats.count, len(data))
@@ -43,6 +43,18 @@ def test_weights_leave_invalid_samples_out():
     np.testing.assert_allclose(stats.var, data[valid].var(0), rtol=1e-5)
 
 
+def test_statistics_start_as_gyms_running_mean_std():
+    """Mean 0, variance 1 with a tiny count: the first rollout (normalised before any statistics) passes
+    unchanged, and one batch then outweighs the prior."""
+    stats = nz.init_stats((2,))
+    x = jnp.asarray([[0.5, -3.0]], jnp.float32)
+    np.testing.assert_allclose(nz.normalize_obs(stats, x), x, rtol=1e-6)
+    data = np.random.default_rng(3).normal(5.0, 2.0, (50, 2)).astype(np.float32)
+    after = nz.combine(stats, nz.batch_stats(jnp.asarray(data)))
+    np.testing.assert_allclose(after.mean, data.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(after.var, data.var(0), rtol=1e-4)
+
+
 def _gym_returns(rewards, dones, discount):
     """gym's NormalizeReward accumulator, step by step in numpy (returns seen by the statistics)."""
     g = np.zeros(rewards.shape[1])
@@ -69,7 +81,7 @@ def test_reward_scaling_resets_the_return_at_episode_ends():
                                        jnp.asarray(valid[sl]), discount)
     seen, end = _gym_returns(rewards, dones, discount)
     np.testing.assert_allclose(state.returns, end, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(state.reward.count, t * b)
+    np.testing.assert_allclose(state.reward.count, t * b + nz.PRIOR_COUNT)
     np.testing.assert_allclose(state.reward.var, seen.var(), rtol=1e-4)
     scaled = np.asarray(nz.scale_reward(state.reward, jnp.asarray(rewards)))
     np.testing.assert_allclose(scaled, np.clip(rewards / np.sqrt(seen.var() + 1e-8), -10, 10), rtol=1e-4)

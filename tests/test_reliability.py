@@ -417,7 +417,7 @@ def test_stop_and_resume_with_normalisation_equals_uninterrupted_run(tmp_path, m
     norm = dict(normalize_observations=True, normalize_rewards=True, checkpoint_every=0)
     ref = run_training(tiny(tmp_path / "ref", **norm))
     ref_leaves = checkpoint.read_leaves(str(tmp_path / "ref"), UPDATES)
-    assert float(ref_leaves[".normalizer.obs.count"]) == 8 * 8 * UPDATES
+    assert float(ref_leaves[".normalizer.obs.count"]) == pytest.approx(8 * 8 * UPDATES, abs=1e-3)
     assert float(ref_leaves[".normalizer.reward.m2"]) > 0 and np.any(ref_leaves[".normalizer.returns"] != 0)
     logdir = tmp_path / "run"
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))

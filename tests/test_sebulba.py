@@ -361,7 +361,7 @@ def test_normalised_sebulba_run_publishes_statistics_to_actors_and_resumes_them(
     # 4 updates of 4 envs x 8 steps, less envpool's reset steps (not valid, not counted).
     assert 0.8 * 4 * 32 <= count <= 4 * 32 and float(first[".normalizer.reward.count"]) == count
     assert np.all(first[".normalizer.obs.m2"] > 0)
-    assert seen_counts[0] == 0 and 0 < max(seen_counts) <= count  # the actors got the learner's statistics
+    assert seen_counts[0] < 1 and 1 < max(seen_counts) <= count  # the actors got the learner's statistics
     monkeypatch.undo()
     run_training(tiny(None, resume=str(logdir), updates=8, **norm))
     final = checkpoint.read_leaves(str(logdir), 8)
