@@ -165,6 +165,8 @@ REFUSALS = [
      ["bad --network 'minatar' for gymnax:CartPole-v1", "takes image observations", "use mlp"]),
     ("network-cnn-continuous", dict(env="gymnax:Pendulum-v1", network="cnn"), {}, None,
      ["bad --network 'cnn' for gymnax:Pendulum-v1", "use mlp"]),
+    ("normalize-with-sequential", dict(normalize_observations=True, loop="sequential"), {}, None,
+     ["bad --normalize-observations with --loop sequential", "supported only by the Anakin loop"]),
     ("minibatch-unit-unknown", dict(minibatch_unit="steps"), {}, None,
      ["bad --minibatch-unit 'steps'", "'columns' or 'transitions'"]),
     ("minibatch-unit-without-appo", dict(minibatch_unit="transitions", loss="actor-critic"), {}, None,
