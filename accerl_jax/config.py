@@ -14,6 +14,8 @@ import tyro
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 # --agent values (Config.agent).
 AGENTS = ("actor-critic", "search")
+# --network values (Config.network): auto, then accerl_jax.networks.FAMILIES.
+NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 
 
 class ConfigError(ValueError):
@@ -147,10 +149,17 @@ class Config:
     """Adam learning rate of the learner, linearly annealed to 0 over the budget (see --anneal-lr)."""
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over the budget; --no-anneal-lr keeps it constant."""
+    network: str = "auto"
+    """The learner's network (the actors' before compression): 'auto' (default: 'mlp' for vector
+    observations, 'cnn' for images), 'mlp' (separate policy and value MLPs; images are flattened, uint8
+    scaled by 1/255), 'cnn' (the Nature-DQN torso, Mnih et al. 2015), 'minatar' (the MinAtar paper's net,
+    Young & Tian 2019: one 3x3 conv, dense 128), 'impala' (IMPALA's 15-layer ResNet, Espeholt et al.
+    2018). cnn, minatar and impala need image observations. A resumed run keeps its network."""
     hidden_sizes: tuple[int, ...] = ()
-    """Hidden widths of the learner's network: for an MLP any number of layers (e.g. --hidden-sizes 64 64);
-    for the conv net four numbers (three conv channel counts, then the dense size). Unset (empty): the
-    network family's own widths (shown as the default)."""
+    """Hidden widths of the learner's network, per --network: mlp, any number of layers (e.g. --hidden-sizes
+    64 64); cnn, four numbers (three conv channel counts, then the dense size); minatar, two (the conv's
+    channels, then the dense size); impala, two or more (each residual stack's channels, then the dense
+    size). Unset (empty): the network's own widths (shown as the default)."""
     discount: float = 0.99
     """Discount γ per agent step."""
     # The flag is --lambda (accerl_jax.tools.cli also accepts the field's own name, --lambda_, without listing it).
@@ -323,6 +332,7 @@ def validate(cfg: Config) -> None:
         ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
         ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
+        ("network", cfg.network in NETWORKS, "'auto', 'mlp', 'cnn', 'minatar' or 'impala'"),
         ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
         ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),
         ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),

@@ -157,7 +157,7 @@ REFUSALS = [
     # The network.
     ("obs-rank-2", dict(env="gymnax:Matrix-v0"), {}, None, ["bad --env 'gymnax:Matrix-v0'", "expected rank 1 or 3"]),
     ("cnn-hidden-sizes-length", dict(env="gymnax:Breakout-MinAtar", hidden_sizes=(64, 64)), {}, None,
-     ["bad --hidden-sizes 64 64 for gymnax:Breakout-MinAtar (a conv net)", "expected 4 numbers"]),
+     ["bad --hidden-sizes 64 64 for gymnax:Breakout-MinAtar (a conv net, --network cnn)", "expected 4 numbers"]),
     # The run folder.
     ("logdir-is-a-file", {}, {}, _new_folder(is_file=True), ["bad --logdir 'runs/new': it is a file"]),
     ("logdir-holds-a-run", {}, {}, _new_folder(taken=("checkpoints", "metrics.csv")),

@@ -62,7 +62,7 @@ GROUPS = (
         "preset", "config", "env", "compressor", "corrector", "loss", "total_steps", "num_envs", "rollout_length",
         "seed", "logdir", "loop", "resume", "overwrite")),
     ("learner", "the learner: optimizer, network, losses, off-policy correction", (
-        "learning_rate", "anneal_lr", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
+        "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
         "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "epochs", "minibatches")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
@@ -111,7 +111,8 @@ UNSET = {
     "max_depth": ("INT", "unset: no limit but the simulations"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
-HIDDEN_SIZES_UNSET = "unset: 64 64 (MLP) for vector observations, 32 64 64 512 (Nature-DQN CNN) for images"
+HIDDEN_SIZES_UNSET = ("unset: the --network's own: 64 64 (mlp), 32 64 64 512 (cnn, Nature-DQN), 16 128 (minatar), "
+                      "16 32 32 256 (impala)")
 # Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
 HIDDEN_ALIASES = {"--lambda_": "--lambda"}
 

@@ -1,0 +1,196 @@
+"""Tests for accerl_jax.networks' families (--network auto|mlp|cnn|minatar|impala): shapes and dtypes of each
+forward pass, the MLP's flatten path, the MinAtar net's im2col conv against lax's, the IMPALA ResNet's
+layers, hidden_layers/student_spec/with_widths for every family, the CLI's refusals (exit 2) and a
+one-update training run per family on gymnax's Breakout-MinAtar. The compressors on each family are in
+tests/test_compressor.py's conformance grid."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from accerl_jax import networks, train
+from accerl_jax.config import Config
+from accerl_jax.compressor import make_compressor
+
+GRID = (10, 10, 4)  # a MinAtar observation [H, W, C]
+FRAMES = (4, 12, 12)  # channels-first uint8 frames, as envpool's (small)
+TINY = {"mlp": (8, 8), "cnn": (4, 4, 4, 8), "minatar": (4, 8), "impala": (4, 4, 8)}
+
+
+def _tiny(spec):
+    """``spec`` with :data:`TINY` widths (as ``--hidden-sizes``: impala's count of stacks may differ)."""
+    return dataclasses.replace(spec, widths=TINY[spec.family])
+
+
+def _obs(shape, key=0, batch=(3, 2)):
+    """Random observations ``[*batch, *shape]``: uint8 pixels for channels-first frames, 0/1 floats else."""
+    k = jax.random.PRNGKey(key)
+    if shape == FRAMES:
+        return jax.random.randint(k, batch + shape, 0, 256).astype(jnp.uint8)
+    return jax.random.bernoulli(k, 0.3, batch + shape).astype(jnp.float32)
+
+
+def test_auto_is_mlp_for_vectors_and_the_nature_cnn_for_images():
+    assert networks.default_spec((4,), 2) == networks.default_spec((4,), 2, family="auto")
+    assert networks.default_spec((4,), 2).family == "mlp" and networks.default_spec((4,), 2).widths == (64, 64)
+    image = networks.default_spec(GRID, 6, family="auto")
+    assert (image.family, image.widths) == ("cnn", (32, 64, 64, 512))
+    assert networks.default_spec(GRID, 6, family="minatar").widths == (16, 128)
+    assert networks.default_spec(GRID, 6, family="impala").widths == (16, 32, 32, 256)
+
+
+@pytest.mark.parametrize("shape", [GRID, FRAMES])
+@pytest.mark.parametrize("family", networks.FAMILIES)
+def test_each_family_forward_shapes_and_dtypes(family, shape):
+    spec = networks.default_spec(shape, 5, channels_first=shape == FRAMES, family=family, q_head=True)
+    spec = _tiny(spec)
+    params = networks.init_params(spec, jax.random.PRNGKey(0))
+    obs = _obs(shape)
+    logits, value = jax.jit(networks.make_apply(spec))(params, obs)
+    assert logits.shape == (3, 2, 5) and logits.dtype == jnp.float32
+    assert value.shape == (3, 2) and value.dtype == jnp.float32
+    _, _, q = networks.make_apply_with_q(spec)(params, obs)
+    assert q.shape == (3, 2, 5) and q.dtype == jnp.float32
+    assert np.all(np.isfinite(logits)) and np.all(np.isfinite(value)) and np.all(np.isfinite(q))
+    # The observation matters: different observations give different outputs.
+    other = networks.make_apply(spec)(params, _obs(shape, key=1))[0]
+    assert not np.allclose(logits, other)
+
+
+def test_mlp_on_images_is_the_mlp_of_the_flattened_scaled_observation():
+    spec = networks.default_spec(FRAMES, 4, channels_first=True, family="mlp")
+    assert spec.family == "mlp" and spec.widths == (64, 64)
+    flat = networks.NetworkSpec("mlp", spec.widths, 4, (int(np.prod(FRAMES)),))
+    params = networks.init_params(spec, jax.random.PRNGKey(0))
+    assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, networks.init_params(flat, jax.random.PRNGKey(0)))
+    obs = _obs(FRAMES)
+    got = networks.make_apply(spec)(params, obs)
+    want = networks.make_apply(flat)(params, obs.reshape(3, 2, -1).astype(jnp.float32) / 255.0)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # uint8 is scaled: the raw pixel values would give other outputs.
+    raw = networks.make_apply(flat)(params, obs.reshape(3, 2, -1).astype(jnp.float32))[0]
+    assert not np.allclose(got[0], raw, atol=1e-3)
+
+
+def test_minatar_conv_is_the_valid_3x3_convolution():
+    x = jax.random.normal(jax.random.PRNGKey(0), (2,) + GRID)
+    kernel = jax.random.normal(jax.random.PRNGKey(1), (3, 3, GRID[-1], 16))
+    want = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    got = networks.im2col3x3(x) @ kernel.reshape(-1, 16)
+    assert got.shape == want.shape == (2, 8, 8, 16)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    spec = networks.default_spec(GRID, 6, family="minatar")
+    p = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
+    # The reference code's sizes: conv 3x3x4 -> 16, then 8 x 8 x 16 = 1024 units into the 128-unit layer.
+    assert p["conv_0"]["kernel"].shape == (36, 16) and p["dense_0"]["kernel"].shape == (1024, 128)
+
+
+def test_impala_is_fifteen_convs_three_pools_and_a_dense_layer():
+    spec = networks.default_spec((4, 84, 84), 6, channels_first=True, family="impala")
+    p = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
+    convs = sorted(k for k in p if "conv" in k)
+    assert len(convs) == 15
+    assert [p[f"stack_{s}_conv"]["kernel"].shape for s in range(3)] == [(3, 3, 4, 16), (3, 3, 16, 32), (3, 3, 32, 32)]
+    assert p["dense_0"]["kernel"].shape == (11 * 11 * 32, 256)  # 84 -> 42 -> 21 -> 11 (SAME pools, stride 2)
+
+
+@pytest.mark.parametrize("family", networks.FAMILIES)
+def test_hidden_layers_name_every_hidden_kernel_once(family):
+    spec = _tiny(networks.default_spec(GRID, 6, family=family, q_head=True))
+    params = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
+    layers = networks.hidden_layers(spec)
+    producers = [m for layer in layers for m in layer.producers]
+    hidden = {k for k in params if not k.endswith("_head")}
+    assert sorted(producers) == sorted(hidden)  # each hidden module writes exactly one unit set
+    for layer in layers:
+        width = spec.widths[layer.width]
+        assert all(params[m]["kernel"].shape[-1] == width for m in layer.producers)
+        assert layer.consumers and all(c in params for c in layer.consumers)
+
+
+def test_impala_streams_share_one_channel_set_when_pruned():
+    spec = dataclasses.replace(networks.default_spec(GRID, 6, family="impala"), widths=(8, 8, 16))
+    stream = networks.hidden_layers(spec)[0]
+    assert stream.producers == ("stack_0_conv", "stack_0_res_0_conv_1", "stack_0_res_1_conv_1")
+    params = networks.init_params(spec, jax.random.PRNGKey(0))
+    _, state = make_compressor("prune:0.5", spec, networks.make_apply(spec)).init(params, jax.random.PRNGKey(1))
+    kept = state["prune"].kept
+    for m in stream.producers[1:]:
+        np.testing.assert_array_equal(kept[m], kept[stream.producers[0]])
+
+
+@pytest.mark.parametrize("family", networks.FAMILIES)
+def test_student_is_a_narrower_network_of_the_same_family(family):
+    spec = networks.default_spec(GRID, 6, family=family)
+    student = networks.student_spec(spec, "half")
+    assert student.family == family and len(student.widths) == len(spec.widths)
+    assert all(s < w for s, w in zip(student.widths, spec.widths))
+    assert networks.param_count(networks.init_params(student, jax.random.PRNGKey(0))) < networks.param_count(
+        networks.init_params(spec, jax.random.PRNGKey(0)))
+
+
+@pytest.mark.parametrize("family, widths", [("cnn", (4, 4)), ("minatar", (4, 4, 4)), ("impala", (8,)), ("mlp", ())])
+def test_check_widths_names_the_family_and_what_it_takes(family, widths):
+    with pytest.raises(ValueError, match=f"do not fit the {family} network: expected {networks.WIDTHS_MEANING[family]}"):
+        networks.check_widths(family, widths)
+
+
+def test_conv_families_refuse_vectors_and_too_small_images():
+    for family in ("cnn", "minatar", "impala"):
+        with pytest.raises(ValueError, match=f"the {family} network takes image observations"):
+            networks.default_spec((4,), 2, family=family)
+    with pytest.raises(ValueError, match=r"2x2; the MinAtar network's 3x3 convolution needs at least 3x3"):
+        networks.default_spec((2, 2, 1), 2, family="minatar")
+    networks.default_spec((3, 3, 1), 2, family="minatar")  # the smallest it takes
+    networks.default_spec((1, 1, 1), 2, family="impala")  # SAME convs and pools take any size
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--network", "resnet"], ["bad --network 'resnet'", "'auto', 'mlp', 'cnn', 'minatar' or 'impala'"]),
+    (["--network", "cnn"], ["bad --network cnn for gymnax:CartPole-v1", "takes image observations"]),
+    (["--network", "impala"], ["bad --network impala for gymnax:CartPole-v1", "takes image observations"]),
+    (["--env", "gymnax:Breakout-MinAtar", "--network", "minatar", "--hidden-sizes", "16"],
+     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the MinAtar net, --network minatar)",
+      "expected 2 numbers, the conv channel count then the dense size, e.g. 16 128"]),
+    (["--env", "gymnax:Breakout-MinAtar", "--network", "impala", "--hidden-sizes", "16"],
+     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the IMPALA ResNet, --network impala)",
+      "2 or more numbers"]),
+])
+def test_cli_refuses_networks_that_do_not_fit_with_exit_2(argv, needles, tmp_path, capsys):
+    logdir = tmp_path / "run"
+    assert train.main([*argv, "--total-steps", "64", "--logdir", str(logdir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert not logdir.exists()
+
+
+def test_a_resumed_run_may_not_change_its_network():
+    from accerl_jax.run import plan
+
+    saved = plan.config_record(Config(env="gymnax:Breakout-MinAtar", network="minatar"))
+    now = plan.config_record(Config(env="gymnax:Breakout-MinAtar", network="impala"))
+    assert plan.config_differences(saved, now) == ["--network 'minatar' (checkpoint) vs 'impala' (now)"]
+    older = {k: v for k, v in saved.items() if k != "network"}  # a checkpoint from before the flag: auto
+    assert plan.config_differences(older, plan.config_record(Config(env="gymnax:Breakout-MinAtar"))) == []
+
+
+@pytest.mark.parametrize("family", networks.FAMILIES)
+def test_one_update_trains_each_family_on_breakout_minatar(family, tmp_path):
+    from accerl_jax import run_training
+
+    cfg = train.parse_config(["--env", "gymnax:Breakout-MinAtar", "--network", family,
+                              "--hidden-sizes", *map(str, TINY[family]), "--total-steps", "32", "--num-envs", "4",
+                              "--rollout-length", "8", "--checkpoint-every", "0", "--logdir", str(tmp_path / "run"),
+                              "--no-progress"])
+    summary = run_training(cfg)
+    assert summary["updates"] == 1 and summary["total_env_steps"] == 32
+    net = summary["learner_network"]
+    assert net["family"] == family and list(net["widths"]) == list(TINY[family])
+    assert dataclasses.asdict(networks.default_spec(GRID, 3, family=family))["obs_shape"] == tuple(net["obs_shape"])
