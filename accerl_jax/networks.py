@@ -199,8 +199,14 @@ class MinAtarActorCritic(nn.Module):
     10 x 10 grid); images need at least :data:`MIN_MINATAR_SIDE` pixels a side.
 
     It is computed as an im2col matmul (:func:`im2col3x3`, then a Dense layer ``conv_0`` with kernel
-    ``[9C, channels]``) rather than ``flax.linen.Conv``: on XLA:CPU the matmul compiles and runs faster
-    (measured, MEASUREMENTS_PLACEHOLDER). The function is the convolution's (tests/test_networks.py).
+    ``[9C, channels]``) rather than ``flax.linen.Conv``; the function is the convolution's
+    (tests/test_networks.py). Measured on XLA:CPU (2 cores shared with other jobs, jax 0.10.2; 32 Adam
+    steps in one ``lax.scan`` on a batch of 1024 = 64 x 128 / 8 grids 10x10x4, widths 16, 128; compile /
+    run seconds): im2col in a rolled loop (``unroll=1``) 1.9 / 0.51; ``nn.Conv`` rolled 1.3 / 4.3 (XLA:CPU's
+    slow conv gradients in loops, docs/DESIGN.md "Known XLA:CPU pitfall"); ``nn.Conv`` unrolled (what conv
+    families get, :func:`accerl_jax.platform.xla.gradient_loop_unroll`) 32 / 0.58; im2col unrolled 29 / 0.41.
+    So this family is no conv family for :mod:`accerl_jax.platform.xla`: its gradient loops stay rolled, and
+    it compiles as fast as an MLP and runs 8x faster than the rolled conv.
     """
 
     widths: Sequence[int]
@@ -353,7 +359,8 @@ def default_spec(
                              f"{obs_shape} (use mlp or auto)")
         height, width = obs_shape[1:] if channels_first else obs_shape[:2]
         need, convs = {"cnn": (MIN_CNN_SIDE, "the CNN's three 3x3 convolutions need"),
-                       "minatar": (MIN_MINATAR_SIDE, "the MinAtar network's 3x3 convolution needs")}.get(family, (1, ""))
+                       "minatar": (MIN_MINATAR_SIDE, "the MinAtar network's 3x3 convolution needs"),
+                       }.get(family, (1, ""))  # impala's SAME convs and pools take any size
         if min(height, width) < need:
             raise ValueError(f"image observations {obs_shape} are {height}x{width}; {convs} at least {need}x{need} "
                              "pixels")

@@ -81,9 +81,11 @@ def test_hidden_sizes_help_says_what_its_empty_default_means(help_text):
 
     text = entry(help_text, "--hidden-sizes")
     assert "(default: )" not in help_text and "(default: ()" not in help_text
-    mlp = " ".join(map(str, default_spec((4,), 2).widths))
-    cnn = " ".join(map(str, default_spec((84, 84, 4), 6).widths))
-    assert f"(default: unset: {mlp} (MLP) for vector observations, {cnn} (Nature-DQN CNN) for images)" in text, text
+    widths = {f: " ".join(map(str, default_spec((84, 84, 4), 6, family=f).widths))
+              for f in ("mlp", "cnn", "minatar", "impala")}
+    assert " ".join(map(str, default_spec((4,), 2).widths)) == widths["mlp"]  # vectors get the same MLP
+    assert (f"(default: unset: the --network's own: {widths['mlp']} (mlp), {widths['cnn']} (cnn, Nature-DQN), "
+            f"{widths['minatar']} (minatar), {widths['impala']} (impala))") in text, text
 
 
 def test_optional_flags_show_a_clean_metavar_and_what_unset_means(help_text):

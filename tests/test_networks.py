@@ -136,7 +136,8 @@ def test_student_is_a_narrower_network_of_the_same_family(family):
 
 @pytest.mark.parametrize("family, widths", [("cnn", (4, 4)), ("minatar", (4, 4, 4)), ("impala", (8,)), ("mlp", ())])
 def test_check_widths_names_the_family_and_what_it_takes(family, widths):
-    with pytest.raises(ValueError, match=f"do not fit the {family} network: expected {networks.WIDTHS_MEANING[family]}"):
+    meaning = networks.WIDTHS_MEANING[family]
+    with pytest.raises(ValueError, match=f"do not fit the {family} network: expected {meaning}"):
         networks.check_widths(family, widths)
 
 
@@ -181,7 +182,9 @@ def test_a_resumed_run_may_not_change_its_network():
     assert plan.config_differences(older, plan.config_record(Config(env="gymnax:Breakout-MinAtar"))) == []
 
 
-@pytest.mark.parametrize("family", networks.FAMILIES)
+# The conv families' runs compile unrolled conv gradient steps (XLA:CPU): a minute or two each on a shared CPU.
+@pytest.mark.parametrize("family", ["mlp", "minatar", pytest.param("cnn", marks=pytest.mark.slow),
+                                    pytest.param("impala", marks=pytest.mark.slow)])
 def test_one_update_trains_each_family_on_breakout_minatar(family, tmp_path):
     from accerl_jax import run_training
 

@@ -158,6 +158,13 @@ REFUSALS = [
     ("obs-rank-2", dict(env="gymnax:Matrix-v0"), {}, None, ["bad --env 'gymnax:Matrix-v0'", "expected rank 1 or 3"]),
     ("cnn-hidden-sizes-length", dict(env="gymnax:Breakout-MinAtar", hidden_sizes=(64, 64)), {}, None,
      ["bad --hidden-sizes 64 64 for gymnax:Breakout-MinAtar (a conv net, --network cnn)", "expected 4 numbers"]),
+    ("network-unknown", dict(network="resnet"), {}, None,
+     ["bad --network 'resnet'", "expected 'auto', 'mlp', 'cnn', 'minatar' or 'impala'"]),
+    ("conv-network-on-vectors", dict(network="impala"), {}, None,
+     ["bad --network impala for gymnax:CartPole-v1", "the impala network takes image observations"]),
+    ("minatar-hidden-sizes-length", dict(env="gymnax:Breakout-MinAtar", network="minatar", hidden_sizes=(16, 8, 8)),
+     {}, None, ["bad --hidden-sizes 16 8 8 for gymnax:Breakout-MinAtar (the MinAtar net, --network minatar)",
+                "expected 2 numbers, the conv channel count then the dense size, e.g. 16 128"]),
     # The run folder.
     ("logdir-is-a-file", {}, {}, _new_folder(is_file=True), ["bad --logdir 'runs/new': it is a file"]),
     ("logdir-holds-a-run", {}, {}, _new_folder(taken=("checkpoints", "metrics.csv")),
