@@ -199,3 +199,19 @@ def test_one_update_trains_each_family_on_breakout_minatar(family, tmp_path):
     net = summary["learner_network"]
     assert net["family"] == family and list(net["widths"]) == list(TINY[family])
     assert dataclasses.asdict(networks.default_spec(GRID, 3, family=family))["obs_shape"] == tuple(net["obs_shape"])
+
+
+def test_xla_treats_impala_as_a_conv_net_and_minatar_as_a_matmul_net():
+    """IMPALA's convs get the conv nets' XLA:CPU settings (no YNNPACK, unrolled gradient loops, the sequential
+    loop with one seed); the MinAtar net's im2col conv is a matmul and keeps the MLP's (its docstring has
+    the measurement)."""
+    from accerl_jax.platform import xla
+    from accerl_jax.run.plan import choose_loop
+
+    cfg = Config(env="gymnax:Breakout-MinAtar")
+    for family, conv in (("cnn", True), ("impala", True), ("minatar", False), ("mlp", False)):
+        assert xla.is_conv(family) == conv
+        assert xla.options_for(family, "cpu") == (xla.NO_YNN if conv else None)
+        assert xla.options_for(family, "gpu") is None
+        assert xla.gradient_loop_unroll(family, 6, "cpu") == (6 if conv else 1)
+        assert choose_loop(cfg, family=family, backend="cpu") == ("sequential" if conv else "anakin")
