@@ -14,7 +14,7 @@ import tyro
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 # --agent values (Config.agent).
 AGENTS = ("actor-critic", "search")
-# --network values (Config.network): auto, then accerl_jax.networks.FAMILIES.
+# --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks.FAMILIES).
 NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 
 
@@ -59,6 +59,12 @@ class Config:
     auto_max_clip: float = 0.2
     """--compressor auto: re-evaluate when more than this fraction of the rollout's importance ratios ρ
     exceed 1.1 × --clip-rho-threshold (checked every 10 updates, with the running policy's KL)."""
+    auto_min_actor_share: float = 0.5
+    """--compressor auto: compress only where the uncompressed actor is at least this fraction of an
+    update by FLOPs (counted before training: actor rollout / (actor rollout + learner update)); below it
+    auto keeps 'none' for the whole run. That fraction is the most any compressor can save; with students
+    1.4-4.8x faster on CPU, a share under 0.5 caps the saving below ~0.4, and auto's candidate
+    measurements and divergence checks cost more than that on small runs. 0: always run auto's candidates."""
     corrector: str = "vtrace"
     """Off-policy correction: 'vtrace' (IMPALA), 'retrace' (Q critic with Retrace(λ) targets; discrete
     actions only), 'is' (truncated per-decision importance sampling, ratio clipped at --clip-rho-threshold)
@@ -71,6 +77,12 @@ class Config:
     --corrector retrace."""
     ppo_clip: float = 0.2
     """APPO: the surrogate clips the ratio π/π_old to [1 - ε, 1 + ε]."""
+    normalize_advantages: bool = False
+    """APPO: normalise the advantages of each minibatch to mean 0 and std 1 (over the whole minibatch, on
+    every device count), as PureJaxRL's and CleanRL's PPO (CleanRL's norm_adv)."""
+    minibatch_unit: str = "columns"
+    """APPO: what a minibatch draws: 'columns' (whole trajectories of --rollout-length steps) or
+    'transitions' (single steps shuffled over the whole batch, as PureJaxRL's and CleanRL's PPO)."""
     epochs: int = 0
     """APPO: passes over each rollout; 0 (default): 8 with appo, 1 with actor-critic (which takes only 1)."""
     minibatches: int = 1
@@ -326,13 +338,15 @@ def validate(cfg: Config) -> None:
         ("max_actor_kl", cfg.max_actor_kl > 0, "a positive number (nats)"),
         ("auto_every", 0 < cfg.auto_every <= big, "an integer in [1, 2^31)"),
         ("auto_max_clip", 0.0 <= cfg.auto_max_clip <= 1.0, "a fraction in [0, 1]"),
+        ("auto_min_actor_share", 0.0 <= cfg.auto_min_actor_share <= 1.0, "a fraction in [0, 1]"),
         ("on_nan", cfg.on_nan in ("stop", "skip"), "'stop' or 'skip'"),
         ("actor_threads", 0 < cfg.actor_threads <= 64, "an integer in [1, 64]"),
         ("actor_batch", 0 <= cfg.actor_batch <= 65536, "an integer in [0, 65536] (0: half of each thread's envs)"),
         ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
         ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
-        ("network", cfg.network in NETWORKS, "'auto', 'mlp', 'cnn', 'minatar' or 'impala'"),
+        ("minibatch_unit", cfg.minibatch_unit in ("columns", "transitions"), "'columns' or 'transitions'"),
+        ("network", cfg.network in NETWORKS, ", ".join(repr(n) for n in NETWORKS)),
         ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
         ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),
         ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),

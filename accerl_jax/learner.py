@@ -118,6 +118,12 @@ class LossConfig:
       value_coef: c_v.
       entropy_coef: c_H.
       n_step: ``"search"``: horizon of the n-step value targets (:mod:`accerl_jax.search.targets`).
+      normalize_advantages: APPO: each minibatch's advantages normalised to mean 0, std 1
+        (:func:`normalized_advantages`).
+      minibatch_unit: APPO: what a minibatch draws, ``"columns"`` (whole trajectories: columns of the
+        ``[T, B]`` batch) or ``"transitions"`` (single steps of the ``T * B``, as PureJaxRL's and
+        CleanRL's PPO shuffle them; APPO's targets are computed once per update, before the epochs, so
+        no minibatch needs a sequence).
     """
 
     corrector: str = "vtrace"
@@ -132,6 +138,8 @@ class LossConfig:
     epochs: int = 1
     minibatches: int = 1
     n_step: int = 10
+    normalize_advantages: bool = False
+    minibatch_unit: str = "columns"
 
     def __post_init__(self):
         conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)
@@ -380,6 +388,47 @@ def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg
     return jnp.sum(mask), sums
 
 
+MINIBATCH_UNITS = ("columns", "transitions")
+
+
+def transitions_as_columns(batch: Rollout, old: AppoTargets) -> tuple[Rollout, AppoTargets]:
+    """A ``[T, B]`` batch and its APPO targets as ``[1, T * B]``: every transition its own column, so that
+    :func:`minibatch_columns` draws single transitions (``--minibatch-unit transitions``). Only what
+    :func:`appo_loss_sums` reads keeps its meaning (``obs``, ``action``, ``valid`` and the targets);
+    ``bootstrap_obs``, which has no per-transition row, is replaced by ``obs``."""
+    def flat(x):
+        return x.reshape((1, x.shape[0] * x.shape[1]) + x.shape[2:])
+
+    fields = {f: flat(getattr(batch, f)) for f in batch._fields if f != "bootstrap_obs"}
+    return batch._replace(**fields, bootstrap_obs=fields["obs"]), jax.tree.map(flat, old)
+
+
+def normalized_advantages(advantage: jax.Array, mask: jax.Array, axis_name: str | None = None) -> jax.Array:
+    """``(A - mean) / (std + 1e-8)`` with the masked mean and (population) std of the minibatch's
+    advantages, summed over ``axis_name``'s devices when given, so that a minibatch split over devices is
+    normalised as one (PureJaxRL's ``ppo.py`` and CleanRL's ``ppo.py`` ``norm_adv``: ``(A - A.mean()) /
+    (A.std() + 1e-8)`` per minibatch).
+
+    Args:
+      advantage: ``[T, b]`` float32 advantages (this device's part of the minibatch).
+      mask: ``[T, b]`` float32, 1 for valid samples; invalid ones count in neither statistic.
+      axis_name: the devices' mesh axis inside ``shard_map``, or None on one device.
+
+    Returns:
+      ``[T, b]`` float32 normalised advantages (invalid samples' values are normalised too, and masked by
+      the loss).
+    """
+    sums = jnp.stack([jnp.sum(mask), jnp.sum(mask * advantage)])
+    if axis_name is not None:
+        sums = jax.lax.psum(sums, axis_name)
+    count = jnp.maximum(sums[0], 1.0)
+    mean = sums[1] / count
+    sq = jnp.sum(mask * (advantage - mean) ** 2)
+    if axis_name is not None:
+        sq = jax.lax.psum(sq, axis_name)
+    return (advantage - mean) / (jnp.sqrt(sq / count) + 1e-8)
+
+
 # The learner's stream of a seed: fold_in(PRNGKey(seed), LEARNER_STREAM), apart from the split(., 3) of
 # the network, compressor and actor keys (accerl_jax.run.build), whose counters are 0..5.
 LEARNER_STREAM = 0x4C524E
@@ -516,12 +565,17 @@ def make_update(
             # Minibatches are drawn from the *global* batch: every device holds all of it (its columns in
             # device order, as sharded) and takes its share of each minibatch's columns.
             batch, old = jax.lax.all_gather((batch, old), AXIS, axis=1, tiled=True)
+        if cfg.minibatch_unit == "transitions" and cfg.minibatches > 1:
+            batch, old = transitions_as_columns(batch, old)
         idx = minibatch_columns(state.key, state.step, batch.action.shape[1], cfg.epochs, cfg.minibatches,
                                 n_dev, jax.lax.axis_index(AXIS) if cfg.minibatches > 1 else 0)
 
         def step(st, cols):
             take = lambda x: jnp.take(x, cols, axis=1)  # noqa: E731
             sub, sub_old = jax.tree.map(take, batch), jax.tree.map(take, old)
+            if cfg.normalize_advantages:
+                mask = sub.valid.astype(jnp.float32)
+                sub_old = sub_old._replace(advantage=normalized_advantages(sub_old.advantage, mask, AXIS))
             return _grad_step(st, lambda p: (*appo_loss_sums(p, apply, sub, sub_old, cfg), ()))[:2]
 
         steps = cfg.optimizer_steps

@@ -8,7 +8,7 @@
 * ``minatar``: the MinAtar paper's network (Young & Tian 2019): one 16-channel 3x3 conv, dense 128.
 * ``impala``: IMPALA's 15-layer ResNet torso (Espeholt et al. 2018): 3 stacks of channels 16, 32, 32, dense 256.
 
-``--network auto`` (:func:`default_spec` with ``family="auto"``) picks ``mlp`` for vector observations and
+``--network auto`` (:func:`default_spec` with ``network="auto"``; :data:`NETWORKS` names the choices) picks ``mlp`` for vector observations and
 ``cnn`` for images.
 
 A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accerl_jax.config import NETWORKS  # --network's choices (config holds them: it sits below)
 from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
@@ -97,15 +98,15 @@ def _images(obs, channels_first: bool):
     return x, batch_shape
 
 
-def _mlp_torsos(obs, widths: Sequence[int], obs_ndim: int = 1):
+def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
     """The separate policy and value ReLU torsos (``dense_i`` / ``value_dense_i``) of the MLP networks.
 
-    ``obs_ndim`` > 1 (image observations): the last ``obs_ndim`` axes are flattened into one, uint8
+    ``obs_rank`` > 1 (image observations): the last ``obs_rank`` axes are flattened into one, uint8
     scaled by 1/255. Called inside a module's ``nn.compact`` method, so the layers belong to that module.
     """
-    if obs_ndim > 1:
+    if obs_rank > 1:
         x = _scaled(obs)
-        x = x.reshape(x.shape[: x.ndim - obs_ndim] + (-1,))
+        x = x.reshape(x.shape[: x.ndim - obs_rank] + (-1,))
     else:
         x = obs.astype(jnp.float32)
     init = nn.initializers.orthogonal(np.sqrt(2))
@@ -117,7 +118,7 @@ def _mlp_torsos(obs, widths: Sequence[int], obs_ndim: int = 1):
 
 
 class MLPActorCritic(nn.Module):
-    """MLP policy and value. ``obs [..., D]`` (or ``[..., *obs_shape]`` with ``obs_ndim`` > 1, flattened)
+    """MLP policy and value. ``obs [..., D]`` (or ``[..., *obs_shape]`` with ``obs_rank`` > 1, flattened)
     -> ``(logits [..., A], value [...])``.
 
     The policy and the value have separate torsos of the same widths (as cleanrl's and purejaxrl's
@@ -130,11 +131,11 @@ class MLPActorCritic(nn.Module):
     num_actions: int
     q_head: bool = False  # a Q head on the value torso (Retrace actor-critic)
     return_q: bool = False  # also return Q: (logits, value, q)
-    obs_ndim: int = 1  # axes of one observation; > 1: flattened (image observations)
+    obs_rank: int = 1  # axes of one observation; > 1: flattened (image observations)
 
     @nn.compact
     def __call__(self, obs):
-        pi, v = _mlp_torsos(obs, self.widths, self.obs_ndim)
+        pi, v = _mlp_torsos(obs, self.widths, self.obs_rank)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
         return _with_q(self, logits, value[..., 0], v)
@@ -176,16 +177,12 @@ def _dense_and_heads(module: nn.Module, x, dense: int, batch_shape):
     return _with_q(module, logits, value, x, batch_shape)
 
 
-def im2col3x3(x: jax.Array) -> jax.Array:
-    """The 3x3 patches of a VALID stride-1 convolution: ``x [N, H, W, C]`` -> ``[N, H-2, W-2, 9C]``.
-
-    Patch feature ``(3 i + j) C + c`` is input pixel ``(y + i, x + j)``, channel ``c``: the order of a
-    flax/lax conv kernel ``[3, 3, C, out]`` reshaped to ``[9C, out]``, so a Dense layer on the patches is
-    that convolution.
-    """
-    h, w = x.shape[1] - 2, x.shape[2] - 2
-    patches = jnp.stack([x[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-2)
-    return patches.reshape(patches.shape[:3] + (-1,))
+def _patches(x: jax.Array, k: int) -> jax.Array:
+    """The ``k x k`` patches of NHWC images, unpadded, stride 1: ``[N, H, W, C]`` ->
+    ``[N, H-k+1, W-k+1, k*k*C]`` (row-major over the window, channels last, as a ``[k, k, C, out]``
+    conv kernel flattens)."""
+    h, w = x.shape[1] - k + 1, x.shape[2] - k + 1
+    return jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
 
 
 class MinAtarActorCritic(nn.Module):
@@ -198,7 +195,7 @@ class MinAtarActorCritic(nn.Module):
     kernel_size=3, stride=1)`` (PyTorch's default padding 0; its linear layer reads 8 x 8 x 16 units of a
     10 x 10 grid); images need at least :data:`MIN_MINATAR_SIDE` pixels a side.
 
-    It is computed as an im2col matmul (:func:`im2col3x3`, then a Dense layer ``conv_0`` with kernel
+    It is computed as an im2col matmul (``_patches``, then a Dense layer ``conv_0`` with kernel
     ``[9C, channels]``) rather than ``flax.linen.Conv``; the function is the convolution's
     (tests/test_networks.py). Measured on XLA:CPU (2 cores shared with other jobs, jax 0.10.2; 32 Adam
     steps in one ``lax.scan`` on a batch of 1024 = 64 x 128 / 8 grids 10x10x4, widths 16, 128; compile /
@@ -220,7 +217,7 @@ class MinAtarActorCritic(nn.Module):
         x, batch_shape = _images(obs, self.channels_first)
         channels, dense = self.widths
         init = nn.initializers.orthogonal(np.sqrt(2))
-        x = nn.relu(nn.Dense(channels, kernel_init=init, name="conv_0")(im2col3x3(x)))
+        x = nn.relu(nn.Dense(channels, kernel_init=init, name="conv_0")(_patches(x, 3)))
         return _dense_and_heads(self, x, dense, batch_shape)
 
 
@@ -326,46 +323,47 @@ def check_widths(family: str, widths: Sequence[int]) -> None:
 
 def default_spec(
     obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False, *, action_dim: int = 0,
-    q_head: bool = False, family: str = "auto",
+    q_head: bool = False, network: str = "auto",
 ) -> NetworkSpec:
-    """The learner network for an observation shape.
+    """The learner network for an observation shape, with its family's default widths
+    (:data:`DEFAULT_WIDTHS`).
 
-    ``family`` ``"auto"`` (``--network auto``): MLP(64, 64) for vectors (separate policy and value trunks,
-    as PureJaxRL's and CleanRL's PPO), the Nature CNN for images. A family of :data:`FAMILIES` asks for
-    that one, with its :data:`DEFAULT_WIDTHS`: ``mlp`` on images flattens them; ``cnn``, ``minatar`` and
-    ``impala`` need images. ``action_dim`` > 0 asks for a Gaussian policy over ``action_dim`` continuous
-    actions (vector observations, MLP only); ``q_head`` for a Q head (discrete only).
+    ``network`` (``--network``): ``"auto"`` is MLP(64, 64) for vectors (separate policy and value trunks,
+    as PureJaxRL's and CleanRL's PPO) and the Nature CNN for images; ``"mlp"`` on images flattens them;
+    ``"cnn"``, ``"minatar"`` and ``"impala"`` take images only. ``action_dim`` > 0 asks for a Gaussian
+    policy over ``action_dim`` continuous actions (vector observations only); ``q_head`` for a Q head
+    (discrete only).
 
     Raises:
-      ValueError: for an unknown ``family``, an observation rank other than 1 or 3, a conv family with
-        vector observations, images smaller than the family takes (:data:`MIN_CNN_SIDE` pixels a side for
-        ``cnn``, :data:`MIN_MINATAR_SIDE` for ``minatar``), continuous actions with image observations
-        or another family than ``mlp``, or a Q head with continuous actions.
+      ValueError: ``network`` not in :data:`NETWORKS`; an observation rank other than 1 or 3; a conv
+        family on vector observations; images smaller than the family's convolutions need
+        (:data:`MIN_CNN_SIDE`, :data:`MIN_MINATAR_SIDE`; IMPALA's padded ones take any size); continuous
+        actions with image observations; a Q head with continuous actions.
     """
-    if family != "auto" and family not in FAMILIES:
-        raise ValueError(f"unknown network {family!r}; expected auto or one of {', '.join(FAMILIES)}")
+    if network not in NETWORKS:
+        raise ValueError(f"unknown network {network!r}; expected one of {', '.join(NETWORKS)}")
     if action_dim and q_head:
         raise ValueError("a Q head needs discrete actions; continuous actions have no finite Q table")
     if len(obs_shape) not in (1, 3):
         raise ValueError(f"no network for observation shape {obs_shape}; expected rank 1 or 3")
-    if family == "auto":
-        family = "mlp" if len(obs_shape) == 1 else "cnn"
-    if action_dim and (family != "mlp" or len(obs_shape) != 1):
-        raise ValueError(f"continuous actions with observations {obs_shape} and the {family} network are not "
-                         "supported; Gaussian policies use the MLP on vector observations")
-    if family != "mlp":
-        if len(obs_shape) != 3:
-            raise ValueError(f"the {family} network takes image observations [H, W, C]; these are vectors "
-                             f"{obs_shape} (use mlp or auto)")
-        height, width = obs_shape[1:] if channels_first else obs_shape[:2]
-        need, convs = {"cnn": (MIN_CNN_SIDE, "the CNN's three 3x3 convolutions need"),
-                       "minatar": (MIN_MINATAR_SIDE, "the MinAtar network's 3x3 convolution needs"),
-                       }.get(family, (1, ""))  # impala's SAME convs and pools take any size
-        if min(height, width) < need:
-            raise ValueError(f"image observations {obs_shape} are {height}x{width}; {convs} at least {need}x{need} "
-                             "pixels")
-    return NetworkSpec(family, DEFAULT_WIDTHS[family], num_actions, tuple(obs_shape),
-                       channels_first if family != "mlp" else False, action_dim=action_dim, q_head=q_head)
+    family = network if network != "auto" else "mlp" if len(obs_shape) == 1 else "cnn"
+    if len(obs_shape) == 1:
+        if family != "mlp":
+            raise ValueError(f"network {network!r} takes image observations; these are vectors {obs_shape}: "
+                             "use mlp (or auto)")
+        return NetworkSpec("mlp", DEFAULT_WIDTHS["mlp"], num_actions, tuple(obs_shape), action_dim=action_dim,
+                           q_head=q_head)
+    if action_dim:
+        raise ValueError(f"continuous actions with image observations {obs_shape} are not supported; "
+                         "Gaussian policies use the MLP (vector observations)")
+    height, width = obs_shape[1:] if channels_first else obs_shape[:2]
+    need = {"cnn": (MIN_CNN_SIDE, "CNN's three 3x3 convolutions"),
+            "minatar": (MIN_MINATAR_SIDE, "MinAtar network's 3x3 convolution")}.get(family)
+    if need and min(height, width) < need[0]:
+        raise ValueError(f"image observations {obs_shape} are {height}x{width}; the {need[1]} need at least "
+                         f"{need[0]}x{need[0]} pixels")
+    return NetworkSpec(family, DEFAULT_WIDTHS[family], num_actions, tuple(obs_shape), channels_first,
+                       q_head=q_head)
 
 
 def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:

@@ -232,6 +232,7 @@ def test_auto_run_switches_and_logs_every_decision(tmp_path, monkeypatch, capsys
     decision is logged with its reason."""
     monkeypatch.setattr(speed, "forward_timer", bytes_timer)
     cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", max_actor_kl=1e9, auto_every=3,
+                 auto_min_actor_share=0.0,  # the gate off: this job's actor is too small a share for auto to pay
                  total_steps=8 * 8 * 7, num_envs=8, rollout_length=8, log_every=2, logdir=str(tmp_path / "run"),
                  progress=False, loop="sequential")
     summary = run_training(cfg)
@@ -272,6 +273,7 @@ def test_auto_in_anakin_switches_back_and_forth_reusing_compiled_chunks(tmp_path
     monkeypatch.setattr(anakin, "AutoChunks", lambda run: chunks.append(real(run)) or chunks[-1])
     updates = 32
     cfg = Config(compressor="auto", auto_candidates="none,distill:tiny", auto_every=1000, total_steps=4 * 8 * updates,
+                 auto_min_actor_share=0.0,  # the gate off (test_gate_keeps_none_on_the_default_job)
                  num_envs=4, rollout_length=8, log_every=2, checkpoint_every=0, logdir=str(tmp_path / "run"),
                  progress=False)
     assert choose_loop(cfg) == "anakin"
@@ -316,3 +318,72 @@ def test_auto_with_envpool_in_sebulba_and_anakin(tmp_path, monkeypatch, loop_nam
     assert [(d["trigger"], d["chosen"], d["switched"]) for d in lines] == [("initial", "distill:tiny", True)]
     assert summary["auto_running"] == "distill:tiny" and summary["auto_skipped_evaluations"] >= 1
     assert summary["actor_params"] < summary["learner_params"]
+    # envpool's host envs: the cost-split gate cannot count the actor's FLOPs, so auto runs as before and says so.
+    gate = summary["auto_gate"]
+    assert not gate["applied"] and gate["outcome"] == "auto" and gate["ceiling"] is None
+    assert gate["reason"].startswith("auto ran its candidates without its cost-split gate, which could not count "
+                                     "this run's FLOPs: the actor steps host (envpool) environments")
+
+
+def test_gate_keeps_none_on_the_default_job(tmp_path, capsys):
+    """The default job's actor is a few percent of an update by FLOPs: auto's gate resolves it to none
+    before training, the run is the --compressor none run (same parameters), the summary's cost split is
+    the gate's count (not counted again) and its verdict says why in words."""
+    from accerl_jax.run import auto_gate
+
+    budget = dict(total_steps=16 * 16 * 3, log_every=1, checkpoint_every=0, progress=False)
+    kept = run_training(Config(compressor="auto", logdir=str(tmp_path / "auto"), **budget))
+    none = run_training(Config(compressor="none", logdir=str(tmp_path / "none"), **budget))
+    gate = kept["auto_gate"]
+    assert gate["outcome"] == "none" and gate["resolved"] == "none" and kept["compressor"] == "none"
+    assert gate["applied"] and 0 < gate["ceiling"] < gate["min_actor_share"] == 0.5
+    assert kept["learner_params_digest"] == none["learner_params_digest"]
+    assert kept["actor_params_digest"] == none["actor_params_digest"]
+    assert kept["final_return_mean"] == none["final_return_mean"] and kept["episodes"] == none["episodes"]
+    split = kept["cost_split"]
+    assert split["flops_source"] == auto_gate.FLOPS_SOURCE and split["ceiling"] == gate["ceiling"]
+    assert split["flops"] == none["cost_split"]["flops"]  # the gate counted what the none run counts
+    out = capsys.readouterr().out
+    assert f"auto kept none: the actor is {100 * gate['ceiling']:.1f}% of an update by FLOPs, below the 50%" in out
+    assert kept["config"]["compressor"] == "none" and "auto_gate" not in none
+
+
+def test_gate_turns_compression_on_for_a_search_run(tmp_path, monkeypatch, capsys):
+    """A search run's actor evaluates the network S + 1 times per step: its share passes the gate, and auto
+    picks the candidate with the fastest forward (ranked here by parameter bytes, deterministically)
+    before training, kept for the whole run."""
+    monkeypatch.setattr(speed, "forward_timer", bytes_timer)
+    cfg = Config(agent="search", num_simulations=4, compressor="auto", total_steps=8 * 8 * 2, num_envs=8,
+                 rollout_length=8, log_every=1, checkpoint_every=0, progress=False, logdir=str(tmp_path / "run"))
+    summary = run_training(cfg)
+    gate = summary["auto_gate"]
+    assert gate["outcome"] == "pick" and gate["ceiling"] >= 0.5
+    fastest = min(gate["forward_s"], key=gate["forward_s"].get)
+    assert fastest != "none" and gate["resolved"] == fastest == summary["compressor"]
+    assert summary["actor_param_bytes"] < 4 * summary["learner_params"]  # a compressed actor
+    assert f"auto chose {fastest} for the search actor" in capsys.readouterr().out
+
+
+def test_gate_rules_and_the_search_pick_margin():
+    """The gate's decision at, under and without a counted ceiling, and the search pick: a compressed
+    candidate only where it beats the uncompressed forward by MIN_SPEEDUP (else timing noise decides)."""
+    from accerl_jax.run import auto_gate
+
+    assert auto_gate.decide(0.5, 0.49, search=False) == "none" == auto_gate.decide(0.5, 0.49, search=True)
+    assert auto_gate.decide(0.5, 0.5, search=False) == "auto" and auto_gate.decide(0.5, 0.5, search=True) == "pick"
+    assert auto_gate.decide(0.5, None, search=False) == "auto" and auto_gate.decide(0.0, None, search=True) == "pick"
+
+    class Timed:  # AutoCompressor's timing, stubbed
+        def __init__(self, seconds):
+            self.seconds, self.base_forward_s = seconds, 1.0
+
+        def forward_seconds(self, params, obs):
+            assert obs.shape == (2, 3, 4)
+            return dict(self.seconds)
+
+    close = 0.5 * (1 + 1 / auto_gate.MIN_SPEEDUP)  # faster than none, but by less than the margin
+    pick = lambda seconds: auto_gate.pick_fastest(Timed(seconds), {}, (4,), "float32", 3, 2)[0]  # noqa: E731
+    assert close < 1.0 and pick({"none": 1.0, "int8": close}) == "none"
+    assert pick({"none": 1.0, "int8": 0.5, "bf16": 0.7}) == "int8"
+    record = auto_gate.record(0.5, None, "auto", why_not=auto_gate.not_countable(True, 2))
+    assert not record["applied"] and "2 processes" in record["reason"] and record["resolved"] is None

@@ -179,6 +179,20 @@ def _two_device_main():
         half_counts.append(float(c))
     out["half_counts"] = half_counts
     out["mean_of_half_means"] = float(np.mean(half_means))
+    # APPO with --normalize-advantages: each minibatch normalised over the global minibatch, on 1 and 2 devices.
+    for norm in (False, True):
+        appo = learner.LossConfig(loss="appo", epochs=2, minibatches=2, normalize_advantages=norm)
+        for n in (1, 2):
+            mesh = learner.make_mesh(jax.devices()[:n])
+            state = learner.init_state(params, opt, mesh, key=learner.learner_key(0))
+            new_state, _ = learner.make_update(APPLY, opt, appo, mesh)(state, batch)
+            out[f"appo_norm{int(norm)}_params{n}"] = _tolist(new_state.params)
+    # --minibatch-unit transitions: single transitions drawn from the global batch, on 1 and 2 devices.
+    appo = learner.LossConfig(loss="appo", epochs=2, minibatches=2, minibatch_unit="transitions")
+    for n in (1, 2):
+        mesh = learner.make_mesh(jax.devices()[:n])
+        state = learner.init_state(params, opt, mesh, key=learner.learner_key(0))
+        out[f"appo_transitions_params{n}"] = _tolist(learner.make_update(APPLY, opt, appo, mesh)(state, batch)[0].params)
     print("RESULT " + json.dumps(out))
 
 
@@ -208,6 +222,26 @@ def test_two_device_update_equals_single_device(two_device):
     for k in m1:
         np.testing.assert_allclose(m2[k], m1[k], rtol=RTOL, atol=ATOL, err_msg=k)
         assert np.isfinite(m1[k]), k
+
+
+def test_two_device_normalized_advantages_equal_single_device_and_change_the_update(two_device):
+    """--normalize-advantages normalises each minibatch as one over the devices: 1 and 2 devices agree,
+    and the update differs from APPO's without it."""
+    for a, b in zip(two_device["appo_norm1_params1"], two_device["appo_norm1_params2"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    for a, b in zip(two_device["appo_norm0_params1"], two_device["appo_norm0_params2"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    diff = max(np.max(np.abs(np.subtract(a, b)))
+               for a, b in zip(two_device["appo_norm1_params1"], two_device["appo_norm0_params1"]))
+    assert diff > 1e-4
+
+
+def test_two_device_transition_minibatches_equal_single_device_and_change_the_update(two_device):
+    for a, b in zip(two_device["appo_transitions_params1"], two_device["appo_transitions_params2"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    diff = max(np.max(np.abs(np.subtract(a, b)))
+               for a, b in zip(two_device["appo_transitions_params1"], two_device["appo_norm0_params1"]))
+    assert diff > 1e-4
 
 
 def test_two_device_value_loss_is_global_masked_mean(two_device):

@@ -1,20 +1,105 @@
-"""Tests for accerl_jax.networks' families (--network auto|mlp|cnn|minatar|impala): shapes and dtypes of each
-forward pass, the MLP's flatten path, the MinAtar net's im2col conv against lax's, the IMPALA ResNet's
-layers, hidden_layers/student_spec/with_widths for every family, the CLI's refusals (exit 2) and a
-one-update training run per family on gymnax's Breakout-MinAtar. The compressors on each family are in
-tests/test_compressor.py's conformance grid."""
-from __future__ import annotations
-
+"""Tests for the network families of ``--network`` (accerl_jax.networks): shapes and dtypes, the MLP on
+flattened images, the MinAtar network's patch-matmul convolution against flax's own ``nn.Conv``, each
+family through a short training run, and APPO's per-minibatch advantage normalisation
+(``--normalize-advantages``); the IMPALA ResNet's layers, hidden_layers/student_spec for every family,
+the CLI's refusals (exit 2), and a one-update training run per family on gymnax's Breakout-MinAtar. The
+compressors on each family are in tests/test_compressor.py's conformance grid."""
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from accerl_jax import networks, train
+from accerl_jax import learner, networks, train
 from accerl_jax.config import Config
 from accerl_jax.compressor import make_compressor
+
+IMAGE = (10, 10, 4)  # a MinAtar Breakout grid
+
+
+@pytest.mark.parametrize("network, family, widths", [("auto", "cnn", (32, 64, 64, 512)), ("mlp", "mlp", (64, 64)),
+                                                     ("cnn", "cnn", (32, 64, 64, 512)),
+                                                     ("minatar", "minatar", (16, 128)),
+                                                     ("impala", "impala", (16, 32, 32, 256))])
+def test_each_family_on_images(network, family, widths):
+    spec = networks.default_spec(IMAGE, 3, network=network)
+    assert (spec.family, spec.widths) == (family, widths)
+    spec = networks.with_widths(spec, [max(2, w // 8) for w in spec.widths])
+    params = networks.init_params(spec, jax.random.PRNGKey(0))
+    obs = jax.random.uniform(jax.random.PRNGKey(1), (2, 5) + IMAGE)
+    logits, value = networks.make_apply(spec)(params, obs)
+    assert logits.shape == (2, 5, 3) and value.shape == (2, 5)
+    assert logits.dtype == jnp.float32 and value.dtype == jnp.float32
+    assert np.all(np.isfinite(logits)) and np.all(np.isfinite(value))
+
+
+def test_vectors_keep_the_mlp_and_refuse_conv_families():
+    assert networks.default_spec((4,), 2) == networks.default_spec((4,), 2, network="mlp")
+    for network in ("cnn", "minatar", "impala"):
+        with pytest.raises(ValueError, match="takes image observations"):
+            networks.default_spec((4,), 2, network=network)
+    with pytest.raises(ValueError, match="unknown network 'resnet'"):
+        networks.default_spec(IMAGE, 2, network="resnet")
+    with pytest.raises(ValueError, match="at least 3x3"):
+        networks.default_spec((2, 2, 4), 2, network="minatar")
+
+
+def test_mlp_on_images_reads_the_flattened_image():
+    """The MLP on images equals the same MLP on the image flattened by hand (uint8 scaled by 1/255)."""
+    image = networks.NetworkSpec("mlp", (8,), 3, IMAGE)
+    flat = networks.NetworkSpec("mlp", (8,), 3, (int(np.prod(IMAGE)),))
+    params = networks.init_params(image, jax.random.PRNGKey(0))
+    obs = jax.random.randint(jax.random.PRNGKey(1), (6,) + IMAGE, 0, 256).astype(jnp.uint8)
+    got = networks.make_apply(image)(params, obs)
+    want = networks.make_apply(flat)(params, obs.reshape(6, -1).astype(jnp.float32) / 255.0)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_minatar_patch_matmul_is_the_convolution():
+    """conv_0 (a dense layer over 3x3 patches) computes flax's unpadded 3x3 stride-1 ``nn.Conv`` with the
+    same kernel reshaped to ``[3, 3, C, out]``."""
+    spec = networks.NetworkSpec("minatar", (5, 7), 3, IMAGE)
+    params = networks.init_params(spec, jax.random.PRNGKey(2))
+    kernel, bias = params["params"]["conv_0"]["kernel"], params["params"]["conv_0"]["bias"]
+    assert kernel.shape == (9 * IMAGE[-1], 5)
+    x = jax.random.normal(jax.random.PRNGKey(3), (4,) + IMAGE)
+    conv = nn.Conv(5, (3, 3), padding="VALID")
+    want = conv.apply({"params": {"kernel": kernel.reshape(3, 3, IMAGE[-1], 5), "bias": bias}}, x)
+    got = networks._patches(x, 3) @ kernel + bias
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_minatar_hidden_layers_match_the_parameters():
+    spec = networks.NetworkSpec("minatar", (5, 7), 3, IMAGE, q_head=True)
+    params = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
+    layers = networks.hidden_layers(spec)
+    assert [layer.producers for layer in layers] == [("conv_0",), ("dense_0",)]
+    assert [layer.consumers for layer in layers] == [("dense_0",), ("policy_head", "value_head", "q_head")]
+    for layer in layers:
+        assert params[layer.producers[0]]["kernel"].shape[-1] == spec.widths[layer.width]
+
+
+@pytest.mark.parametrize("network", ["mlp", "minatar"])
+def test_a_short_appo_run_per_family(tmp_path, network):
+    rc = train.main(["--env", "gymnax:Breakout-MinAtar", "--network", network, "--hidden-sizes", "8", "8",
+                     "--total-steps", "256", "--num-envs", "8", "--rollout-length", "16", "--minibatches", "2",
+                     "--epochs", "2", "--normalize-advantages", "--no-progress", "--logdir", str(tmp_path / network)])
+    assert rc == 0
+
+
+def test_normalized_advantages_by_hand():
+    adv = jax.random.normal(jax.random.PRNGKey(0), (6, 4)) * 3.0 + 2.0
+    mask = (jax.random.uniform(jax.random.PRNGKey(1), (6, 4)) > 0.3).astype(jnp.float32)
+    got = learner.normalized_advantages(adv, mask)
+    valid = np.asarray(adv)[np.asarray(mask) > 0]
+    want = (np.asarray(adv) - valid.mean()) / (valid.std() + 1e-8)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    g = np.asarray(got)[np.asarray(mask) > 0]
+    assert abs(g.mean()) < 1e-5 and abs(g.std() - 1.0) < 1e-4
+
 
 GRID = (10, 10, 4)  # a MinAtar observation [H, W, C]
 FRAMES = (4, 12, 12)  # channels-first uint8 frames, as envpool's (small)
@@ -35,18 +120,18 @@ def _obs(shape, key=0, batch=(3, 2)):
 
 
 def test_auto_is_mlp_for_vectors_and_the_nature_cnn_for_images():
-    assert networks.default_spec((4,), 2) == networks.default_spec((4,), 2, family="auto")
+    assert networks.default_spec((4,), 2) == networks.default_spec((4,), 2, network="auto")
     assert networks.default_spec((4,), 2).family == "mlp" and networks.default_spec((4,), 2).widths == (64, 64)
-    image = networks.default_spec(GRID, 6, family="auto")
+    image = networks.default_spec(GRID, 6, network="auto")
     assert (image.family, image.widths) == ("cnn", (32, 64, 64, 512))
-    assert networks.default_spec(GRID, 6, family="minatar").widths == (16, 128)
-    assert networks.default_spec(GRID, 6, family="impala").widths == (16, 32, 32, 256)
+    assert networks.default_spec(GRID, 6, network="minatar").widths == (16, 128)
+    assert networks.default_spec(GRID, 6, network="impala").widths == (16, 32, 32, 256)
 
 
 @pytest.mark.parametrize("shape", [GRID, FRAMES])
 @pytest.mark.parametrize("family", networks.FAMILIES)
 def test_each_family_forward_shapes_and_dtypes(family, shape):
-    spec = networks.default_spec(shape, 5, channels_first=shape == FRAMES, family=family, q_head=True)
+    spec = networks.default_spec(shape, 5, channels_first=shape == FRAMES, network=family, q_head=True)
     spec = _tiny(spec)
     params = networks.init_params(spec, jax.random.PRNGKey(0))
     obs = _obs(shape)
@@ -62,7 +147,7 @@ def test_each_family_forward_shapes_and_dtypes(family, shape):
 
 
 def test_mlp_on_images_is_the_mlp_of_the_flattened_scaled_observation():
-    spec = networks.default_spec(FRAMES, 4, channels_first=True, family="mlp")
+    spec = networks.default_spec(FRAMES, 4, channels_first=True, network="mlp")
     assert spec.family == "mlp" and spec.widths == (64, 64)
     flat = networks.NetworkSpec("mlp", spec.widths, 4, (int(np.prod(FRAMES)),))
     params = networks.init_params(spec, jax.random.PRNGKey(0))
@@ -77,21 +162,8 @@ def test_mlp_on_images_is_the_mlp_of_the_flattened_scaled_observation():
     assert not np.allclose(got[0], raw, atol=1e-3)
 
 
-def test_minatar_conv_is_the_valid_3x3_convolution():
-    x = jax.random.normal(jax.random.PRNGKey(0), (2,) + GRID)
-    kernel = jax.random.normal(jax.random.PRNGKey(1), (3, 3, GRID[-1], 16))
-    want = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    got = networks.im2col3x3(x) @ kernel.reshape(-1, 16)
-    assert got.shape == want.shape == (2, 8, 8, 16)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    spec = networks.default_spec(GRID, 6, family="minatar")
-    p = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
-    # The reference code's sizes: conv 3x3x4 -> 16, then 8 x 8 x 16 = 1024 units into the 128-unit layer.
-    assert p["conv_0"]["kernel"].shape == (36, 16) and p["dense_0"]["kernel"].shape == (1024, 128)
-
-
 def test_impala_is_fifteen_convs_three_pools_and_a_dense_layer():
-    spec = networks.default_spec((4, 84, 84), 6, channels_first=True, family="impala")
+    spec = networks.default_spec((4, 84, 84), 6, channels_first=True, network="impala")
     p = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
     convs = sorted(k for k in p if "conv" in k)
     assert len(convs) == 15
@@ -101,7 +173,7 @@ def test_impala_is_fifteen_convs_three_pools_and_a_dense_layer():
 
 @pytest.mark.parametrize("family", networks.FAMILIES)
 def test_hidden_layers_name_every_hidden_kernel_once(family):
-    spec = _tiny(networks.default_spec(GRID, 6, family=family, q_head=True))
+    spec = _tiny(networks.default_spec(GRID, 6, network=family, q_head=True))
     params = networks.init_params(spec, jax.random.PRNGKey(0))["params"]
     layers = networks.hidden_layers(spec)
     producers = [m for layer in layers for m in layer.producers]
@@ -114,7 +186,7 @@ def test_hidden_layers_name_every_hidden_kernel_once(family):
 
 
 def test_impala_streams_share_one_channel_set_when_pruned():
-    spec = dataclasses.replace(networks.default_spec(GRID, 6, family="impala"), widths=(8, 8, 16))
+    spec = dataclasses.replace(networks.default_spec(GRID, 6, network="impala"), widths=(8, 8, 16))
     stream = networks.hidden_layers(spec)[0]
     assert stream.producers == ("stack_0_conv", "stack_0_res_0_conv_1", "stack_0_res_1_conv_1")
     params = networks.init_params(spec, jax.random.PRNGKey(0))
@@ -126,7 +198,7 @@ def test_impala_streams_share_one_channel_set_when_pruned():
 
 @pytest.mark.parametrize("family", networks.FAMILIES)
 def test_student_is_a_narrower_network_of_the_same_family(family):
-    spec = networks.default_spec(GRID, 6, family=family)
+    spec = networks.default_spec(GRID, 6, network=family)
     student = networks.student_spec(spec, "half")
     assert student.family == family and len(student.widths) == len(spec.widths)
     assert all(s < w for s, w in zip(student.widths, spec.widths))
@@ -145,23 +217,23 @@ def test_check_widths_names_the_family_and_what_it_takes(family, widths):
 
 def test_conv_families_refuse_vectors_and_too_small_images():
     for family in ("cnn", "minatar", "impala"):
-        with pytest.raises(ValueError, match=f"the {family} network takes image observations"):
-            networks.default_spec((4,), 2, family=family)
-    with pytest.raises(ValueError, match=r"2x2; the MinAtar network's 3x3 convolution needs at least 3x3"):
-        networks.default_spec((2, 2, 1), 2, family="minatar")
-    networks.default_spec((3, 3, 1), 2, family="minatar")  # the smallest it takes
-    networks.default_spec((1, 1, 1), 2, family="impala")  # SAME convs and pools take any size
+        with pytest.raises(ValueError, match=f"network '{family}' takes image observations"):
+            networks.default_spec((4,), 2, network=family)
+    with pytest.raises(ValueError, match=r"2x2; the MinAtar network's 3x3 convolution need at least 3x3"):
+        networks.default_spec((2, 2, 1), 2, network="minatar")
+    networks.default_spec((3, 3, 1), 2, network="minatar")  # the smallest it takes
+    networks.default_spec((1, 1, 1), 2, network="impala")  # SAME convs and pools take any size
 
 
 @pytest.mark.parametrize("argv, needles", [
-    (["--network", "resnet"], ["bad --network 'resnet'", "'auto', 'mlp', 'cnn', 'minatar' or 'impala'"]),
-    (["--network", "cnn"], ["bad --network cnn for gymnax:CartPole-v1", "takes image observations"]),
-    (["--network", "impala"], ["bad --network impala for gymnax:CartPole-v1", "takes image observations"]),
+    (["--network", "resnet"], ["bad --network 'resnet'", "'auto', 'mlp', 'cnn', 'minatar', 'impala'"]),
+    (["--network", "cnn"], ["bad --network 'cnn' for gymnax:CartPole-v1", "takes image observations"]),
+    (["--network", "impala"], ["bad --network 'impala' for gymnax:CartPole-v1", "takes image observations"]),
     (["--env", "gymnax:Breakout-MinAtar", "--network", "minatar", "--hidden-sizes", "16"],
-     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the MinAtar net, --network minatar)",
+     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the minatar network)",
       "expected 2 numbers, the conv channel count then the dense size, e.g. 16 128"]),
     (["--env", "gymnax:Breakout-MinAtar", "--network", "impala", "--hidden-sizes", "16"],
-     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the IMPALA ResNet, --network impala)",
+     ["bad --hidden-sizes 16 for gymnax:Breakout-MinAtar (the impala network)",
       "2 or more numbers"]),
 ])
 def test_cli_refuses_networks_that_do_not_fit_with_exit_2(argv, needles, tmp_path, capsys):
@@ -198,12 +270,12 @@ def test_one_update_trains_each_family_on_breakout_minatar(family, tmp_path):
     assert summary["updates"] == 1 and summary["total_env_steps"] == 32
     net = summary["learner_network"]
     assert net["family"] == family and list(net["widths"]) == list(TINY[family])
-    assert dataclasses.asdict(networks.default_spec(GRID, 3, family=family))["obs_shape"] == tuple(net["obs_shape"])
+    assert dataclasses.asdict(networks.default_spec(GRID, 3, network=family))["obs_shape"] == tuple(net["obs_shape"])
 
 
 def test_xla_treats_impala_as_a_conv_net_and_minatar_as_a_matmul_net():
     """IMPALA's convs get the conv nets' XLA:CPU settings (no YNNPACK, unrolled gradient loops, the sequential
-    loop with one seed); the MinAtar net's im2col conv is a matmul and keeps the MLP's (its docstring has
+    loop with one seed); the MinAtar net's patch-matmul conv is a matmul and keeps the MLP's (its docstring has
     the measurement)."""
     from accerl_jax.platform import xla
     from accerl_jax.run.plan import choose_loop
@@ -214,4 +286,4 @@ def test_xla_treats_impala_as_a_conv_net_and_minatar_as_a_matmul_net():
         assert xla.options_for(family, "cpu") == (xla.NO_YNN if conv else None)
         assert xla.options_for(family, "gpu") is None
         assert xla.gradient_loop_unroll(family, 6, "cpu") == (6 if conv else 1)
-        assert choose_loop(cfg, family=family, backend="cpu") == ("sequential" if conv else "anakin")
+        assert choose_loop(cfg, network=family, backend="cpu") == ("sequential" if conv else "anakin")

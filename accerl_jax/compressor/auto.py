@@ -415,6 +415,18 @@ class AutoCompressor:
             p, state = self.candidates[i].compress(params, state, obs_flat)
         return p, state
 
+    def forward_seconds(self, params, obs_seq) -> dict[str, float]:
+        """Seconds per forward pass of every candidate (and ``base_forward_s``, the learner's), timed as at
+        the first evaluation (:meth:`_time`: compiled as the actor runs it, on zeros of each candidate's
+        actor parameters, interleaved, median of ``rounds``) on ``obs_seq [K, B, *obs_shape]``; cached.
+        Only the shapes and dtypes of ``params`` (the learner's) and ``obs_seq`` matter to the time.
+
+        Returns:
+          candidate spec -> seconds per forward, in the order of :attr:`specs`.
+        """
+        self._time(params, {}, obs_seq.reshape((-1,) + obs_seq.shape[2:]), obs_seq)
+        return {s: self.forward_s[s] for s in self.specs}
+
     def _time(self, params, fresh: dict, obs_flat, obs_seq) -> None:
         """Measure the forward seconds of candidates not timed yet (and the learner's), interleaved, on
         ``obs_seq [K, B, ...]``. ``fresh``: candidate index -> actor params; a candidate not in it is timed

@@ -19,6 +19,7 @@ selected by rules on the module path (first match wins). Static calibration need
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import flax
@@ -75,16 +76,20 @@ def int8(spec: networks.NetworkSpec, quantize_heads: bool = False) -> Compressor
       ValueError: if ``init`` is given no observations to calibrate on.
     """
     model = networks.build(spec)
-    qmodel = qwix.quantize_model(model, qwix.PtqProvider(int8_rules(quantize_heads)))
-    dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
-    abstract = jax.eval_shape(qmodel.init, jax.random.PRNGKey(0), dummy)["params"]
-    scale_ops = {
-        path: flax.traverse_util.flatten_dict(abstract)[path]
-        for path in flax.traverse_util.flatten_dict(abstract)
-        if path[-1].endswith(_SCALE_SUFFIX)
-    }
+
+    @functools.cache
+    def quantized():
+        """The qwix model and its abstract parameters' static-scale entries, built at first use (importing
+        qwix and tracing the model takes host time that a run which only checks the spec, e.g. an
+        ``auto`` candidate its gate never runs, should not pay)."""
+        qmodel = qwix.quantize_model(model, qwix.PtqProvider(int8_rules(quantize_heads)))
+        dummy = jax.ShapeDtypeStruct((1,) + tuple(spec.obs_shape), jnp.float32)
+        abstract = jax.eval_shape(qmodel.init, jax.random.PRNGKey(0), dummy)["params"]
+        flat = flax.traverse_util.flatten_dict(abstract)
+        return qmodel, abstract, {path: flat[path] for path in flat if path[-1].endswith(_SCALE_SUFFIX)}
 
     def _quantize(params, absmax):
+        _, abstract, scale_ops = quantized()
         stats = {}
         for path, abs_scale in scale_ops.items():
             module = path[-2]
@@ -112,4 +117,7 @@ def int8(spec: networks.NetworkSpec, quantize_heads: bool = False) -> Compressor
             return _requantize(params, state)
         return _calibrate_and_quantize(params, obs, state.calibrations)
 
-    return Compressor(init, compress, actor_apply=lambda apply: qmodel.apply)
+    def actor_apply(apply):
+        return lambda params, obs, *args, **kwargs: quantized()[0].apply(params, obs, *args, **kwargs)
+
+    return Compressor(init, compress, actor_apply=actor_apply)

@@ -145,7 +145,8 @@ class AnakinStepper:
         and lowers the pieces, host time that slowed the training it ran beside by about as much; from the
         last chunk on it overlaps the end of the run instead."""
         run, shapes = self.run, self.shapes
-        if self.flops is not None or run.plan.process_id != 0 or not pieces.has_pieces(run):
+        if (self.flops is not None or run.plan.process_id != 0 or not pieces.has_pieces(run)
+                or run.counted_flops is not None):  # counted before training (--compressor auto kept none)
             return
         self.flops = pieces.BackgroundFlops(run, shapes.learner, shapes.actor_params[0], shapes.compressor,
                                             shapes.carry)

@@ -16,6 +16,7 @@ import jax
 
 from accerl_jax.platform import cost
 from accerl_jax.loops.shared import learner_update
+from accerl_jax.run import auto_gate
 from accerl_jax.run.build import Run, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
@@ -42,7 +43,8 @@ def _compress_fn(run: Run) -> Callable:
 
 
 def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
-    """The FLOPs part of :func:`cost_split`: ``{"flops": amdahl(..., unit="flops"), "flops_source": ...}``.
+    """The FLOPs part of :func:`cost_split`: ``{"flops": amdahl(..., unit="flops"), "flops_source": ...}``;
+    ``run.counted_flops`` where ``--compressor auto``'s gate counted them before training (:mod:`accerl_jax.run.auto_gate`).
 
     Only shapes and dtypes are read: the arguments may be arrays or ``jax.ShapeDtypeStruct`` trees (as
     :class:`BackgroundFlops` passes them). Nothing is compiled or run.
@@ -53,6 +55,8 @@ def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
     if not has_pieces(run):
         raise ValueError("this run's update has no separable pieces (envpool, several processes, "
                          "--compressor auto or --distill-async)")
+    if run.counted_flops is not None:  # --compressor auto resolved to none: its gate counted them already
+        return {"flops": dict(run.counted_flops), "flops_source": auto_gate.FLOPS_SOURCE}
     reuse = run.teacher_update is not None
     update = learner_update(run)
     actor_flops, (_, rollout_shape) = cost.flops_and_shape(run.actor.rollout_fn, actor_params, carry)

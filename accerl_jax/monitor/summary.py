@@ -155,6 +155,9 @@ class Summary:
     search_tv_during_mean: float | None = None
     search_tv_during_max: float | None = None
     search_tv: float | None = None
+    # --compressor auto's cost-split gate (accerl_jax.run.auto_gate.record): the ceiling counted before
+    # training, the threshold, what auto resolved to (compressor then names it) and why, in words.
+    auto_gate: dict | None = None
     # The loop's own fields (accerl_jax.run.driver.Stepper.fields: "loop", its waits, --compressor auto's
     # decisions, ...), added last (a loop may restate env_time_source).
     loop_fields: dict = dataclasses.field(default_factory=dict)
@@ -278,6 +281,14 @@ def verdict(summary: dict) -> list[str]:
 
 
 def _compressor_verdict(summary: dict) -> str:
+    gate = summary.get("auto_gate") or {}
+    if gate.get("outcome") == "none":  # the gate's sentence says it all (the actor's share included)
+        return f"Compressor {gate['reason']}."
+    said = f"Compressor {gate['reason']}. " if gate else ""
+    return said + _fixed_verdict(summary)
+
+
+def _fixed_verdict(summary: dict) -> str:
     name = summary["compressor"]
     split = summary.get("cost_split") or {}
     if "actor_share" not in split:

@@ -10,12 +10,15 @@ an update (Amdahl's law, Amdahl 1967), and the compressed run pays its compressi
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from typing import Any, Callable
 
 import jax
 import numpy as np
 from jax.extend import core as jex_core
+
+from accerl_jax.platform import compile_cache
 
 
 def _unrolled(jaxpr):
@@ -63,20 +66,62 @@ def flops(fn: Callable, *args) -> float:
 # FLOPs of programs already analysed in this process, by their jaxpr's text (which holds every shape):
 # lowering is most of the cost, and a process often trains the same shapes again (experiments, tests).
 _ANALYSED: dict[str, float] = {}
+# The same, kept on disk beside the compiled programs where the compilation cache is on (--compile-cache):
+# a later process counting the same program at the same JAX version and device reads the number instead
+# of lowering the unrolled program again (--compressor auto's gate counts before training).
+STORE_DIR = "accerl_flops"
+COUNT_VERSION = 1  # part of the stored counts' key: change it when the way a program is counted (_unrolled) changes
+
+
+def _stored_path(key: str) -> str | None:
+    folder = compile_cache.folder_in_use()
+    return None if folder is None else os.path.join(folder, STORE_DIR, key)
+
+
+def _read_stored(key: str) -> float | None:
+    path = _stored_path(key)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return float(f.read())
+    except (TypeError, OSError, ValueError):  # no cache, no entry, or a damaged one: count again
+        return None
+
+
+def _store(key: str, value: float) -> None:
+    path = _stored_path(key)
+    if path is None:
+        return
+    try:  # written whole, then renamed: a reader never sees half a number
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(repr(value))
+        os.replace(tmp, path)
+    except OSError:  # the store only saves time
+        pass
 
 
 def flops_and_shape(fn: Callable, *args) -> tuple[float, Any]:
-    """:func:`flops` and the shapes of ``fn``'s outputs (a pytree of ``jax.ShapeDtypeStruct``), from one trace."""
+    """:func:`flops` and the shapes of ``fn``'s outputs (a pytree of ``jax.ShapeDtypeStruct``), from one trace.
+    A count is kept in this process and, where the compilation cache is on, on disk beside it (keyed by the
+    jaxpr's text, the JAX version and the device kind)."""
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     key = hashlib.sha256(str(closed).encode()).hexdigest()
     if key not in _ANALYSED:
-        unrolled = _unrolled(closed)
-        lowered = jax.jit(lambda *xs: jex_core.jaxpr_as_fun(unrolled)(*xs)).lower(*jax.tree.leaves(args))
-        analysis = lowered.cost_analysis()
-        if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
-            analysis = analysis[0] if analysis else None
-        # No "flops" entry: a program without arithmetic; no analysis at all: the backend has none.
-        _ANALYSED[key] = float("nan") if analysis is None else float(analysis.get("flops", 0.0))
+        device = jax.devices()[0]
+        disk_key = f"{key} {COUNT_VERSION} {jax.__version__} {device.platform} {device.device_kind}"
+        disk_key = hashlib.sha256(disk_key.encode()).hexdigest()
+        stored = _read_stored(disk_key)
+        if stored is None:
+            unrolled = _unrolled(closed)
+            lowered = jax.jit(lambda *xs: jex_core.jaxpr_as_fun(unrolled)(*xs)).lower(*jax.tree.leaves(args))
+            analysis = lowered.cost_analysis()
+            if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+                analysis = analysis[0] if analysis else None
+            # No "flops" entry: a program without arithmetic; no analysis at all: the backend has none.
+            stored = float("nan") if analysis is None else float(analysis.get("flops", 0.0))
+            _store(disk_key, stored)
+        _ANALYSED[key] = stored
     return _ANALYSED[key], out_shape
 
 

@@ -23,7 +23,7 @@ from accerl_jax.run import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax.platform import speed, xla
-from accerl_jax.run import distributed
+from accerl_jax.run import auto_gate, distributed
 from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
@@ -180,6 +180,10 @@ class Run:
     restored: Any
     extra: dict
     start_update: int  # updates completed before this session (extra["completed"]; 0 for a new run)
+    # --compressor auto's cost-split gate (accerl_jax.run.auto_gate.record; None for a fixed --compressor), and
+    # the FLOPs it counted where it resolved auto to none (the cost split's, at this run's shapes; else None).
+    auto_gate: dict | None = None
+    counted_flops: dict | None = None
 
 
 def setup(cfg: Config, before_write: Callable[[], None] | None = None) -> Run:
@@ -244,7 +248,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
     must be on a shared file system) and restore it as host (numpy) arrays, which the Anakin loop places
     on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
     sequential loop's holds this process's own on its first device. ``wall_start`` (default: now) is the
-    ``time.perf_counter()`` the run's wall time counts from.
+    ``time.perf_counter()`` the run's wall time counts from. ``--compressor auto`` first passes its
+    cost-split gate (:func:`gate_auto`), which may resolve it to one compressor: the Run's ``cfg`` and
+    ``plan`` are then those of that compressor (``auto_gate`` records why).
 
     Raises:
       ConfigError: the run folder claimed or locked by another process meanwhile, or a ``--resume``
@@ -301,15 +307,8 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
         learner = make_learner()
         update = learner.update
-        reuse = plan.takes_teacher and cfg.distill_reuse_teacher
-        teacher_update = make_learner(outputs=True).update if reuse else None
         init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
         state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
-        if n_proc > 1:
-            if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
-                update = make_global_update(update, mesh)
-                teacher_update = make_global_update(teacher_update, mesh) if reuse else None
-        actor_apply = compressor.actor_apply(learner_apply)
         actor_for = None
         if info.jittable:
             # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
@@ -323,6 +322,18 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
                 make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
             actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
                                           family=spec.family, groups=groups, mesh=mesh if global_state else None)
+        gate = counted_flops = None
+        if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate) may resolve it
+            cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, actor_for, update, params,
+                                                                   state, k_actor, learner_apply, info)
+        reuse = plan.takes_teacher and cfg.distill_reuse_teacher
+        teacher_update = make_learner(outputs=True).update if reuse else None
+        if n_proc > 1:
+            if not global_state:  # its outputs come back gathered: the teacher's at the global batch's observations
+                update = make_global_update(update, mesh)
+                teacher_update = make_global_update(teacher_update, mesh) if reuse else None
+        actor_apply = compressor.actor_apply(learner_apply)
+        if info.jittable:
             actor = actor_for(actor_apply)
         elif plan.loop == "anakin":  # envpool stepped in the fused program through its XLA interface
             actor = AnakinActor(env.xla(), actor_apply, cfg.rollout_length, family=spec.family)
@@ -376,12 +387,54 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
             k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
             mesh=mesh, outputs=Outputs(logdir, saver, lock, monitor, claimed), wall_start=wall_start,
-            restored=restored, extra=extra, start_update=extra.get("completed", 0),
+            restored=restored, extra=extra, start_update=extra.get("completed", 0), auto_gate=gate,
+            counted_flops=counted_flops,
         )
     except KeyboardInterrupt:  # stopped while building: a new run's folder is freed for a rerun
         if claimed:
             run_folder.free_claim(logdir)
         raise
+
+
+def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable | None, update: Callable, params,
+              state, k_actor, learner_apply: Callable, info) -> tuple:
+    """``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`), run by :func:`build` before
+    anything trains: count the FLOPs of the uncompressed actor's rollout and of the learner ``update`` at
+    the run's shapes (``params``, ``state`` and the carry's, from ``actor_for(learner_apply)`` and
+    ``k_actor``; nothing compiled) unless they cannot be counted (``actor_for`` None: host envs; several
+    processes) or ``--auto-min-actor-share`` is 0; then resolve ``auto``: to ``none`` below the threshold,
+    for a search run to the fastest candidate (timed on ``compressor``, the run's AutoCompressor), else
+    keep it. A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the
+    compressor replaced); the configuration recorded in its checkpoints stays the one asked for.
+
+    Returns:
+      ``(cfg, plan, compressor, gate record, counted FLOPs)``: the record is
+      :func:`accerl_jax.run.auto_gate.record`'s; the FLOPs (``amdahl`` dict) only where auto resolved to
+      none (then they are that run's cost split), else None.
+    """
+    min_share = cfg.auto_min_actor_share
+    why_not = auto_gate.not_countable(actor_for is not None, plan.num_processes)
+    flops = None
+    if why_not is None and min_share > 0:
+        uncompressed = actor_for(learner_apply)
+        carry = jax.eval_shape(uncompressed.reset, k_actor)
+        flops = auto_gate.count_ceiling(uncompressed.rollout_fn, update, params, state, carry)
+    outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
+    if outcome == "auto":
+        return cfg, plan, compressor, auto_gate.record(min_share, flops, outcome, why_not=why_not), None
+    timed: dict = {}
+    chosen = "none"
+    if outcome == "pick":
+        chosen, seconds, base = auto_gate.pick_fastest(compressor, params, plan.spec.obs_shape, info.obs_dtype,
+                                                       info.num_envs, compressor.speed_forwards)
+        timed = dict(forward_s=seconds, base_forward_s=base, batch=info.num_envs)
+    cfg = dataclasses.replace(cfg, compressor=chosen)
+    resolved = make_run_compressor(cfg, plan.spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
+    plan = dataclasses.replace(plan, auto=False, takes_teacher=resolved.takes_teacher)
+    gate = auto_gate.record(min_share, flops, outcome, why_not=why_not, chosen=chosen, **timed)
+    if plan.process_id == 0:
+        print(gate["reason"], flush=True)
+    return cfg, plan, resolved, gate, flops if outcome == "none" else None
 
 
 def tensorboard_purge_step(monitor_state: dict | None) -> int | None:

@@ -537,6 +537,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         config=dataclasses.asdict(cfg),
         **speed_report,
         **startup,
+        auto_gate=run.auto_gate,
     )
     summary = Summary(**dict(fields, **given), loop_fields=loop_fields)
     if run.plan.process_id == 0:  # multi-host: only process 0's outputs are kept

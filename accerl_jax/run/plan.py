@@ -146,11 +146,18 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
                           f"drop the flag{fix}")
     if conflict is not None:
         raise ConfigError(f"bad --loss/--corrector combination: {conflict[1]}")
+    if cfg.minibatch_unit != "columns" and loss != "appo":
+        raise ConfigError(f"bad --minibatch-unit {cfg.minibatch_unit} with --loss {loss}: only APPO draws "
+                          "minibatches; use --loss appo, or drop the flag")
+    if cfg.normalize_advantages and loss != "appo":
+        raise ConfigError(f"bad --normalize-advantages with --loss {loss}: it normalises APPO's minibatch "
+                          "advantages; use --loss appo, or drop the flag")
     return learner_lib.LossConfig(
         corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
         epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step,
+        normalize_advantages=cfg.normalize_advantages, minibatch_unit=cfg.minibatch_unit,
     )
 
 
@@ -195,18 +202,15 @@ def check_search(cfg: Config) -> None:
     the env's action space are checked where they are known (:func:`choose_loop`, :func:`make_plan`).
 
     Raises:
-      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--compressor auto``
-        (its decisions measure the model-free actor), ``--corrector retrace`` (the search's loss uses no
-        corrector; retrace would only add a Q head).
+      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--corrector retrace``
+        (the search's loss uses no corrector; retrace would only add a Q head). ``--compressor auto`` runs:
+        its gate resolves it to one compressor before training (:mod:`accerl_jax.run.auto_gate`).
     """
     if cfg.agent != "search":
         return
     if not cfg.env.startswith("gymnax:"):
         raise ConfigError(f"bad --env {cfg.env!r} with --agent search: the search steps the environment's own "
                           "model, which only gymnax envs expose; use a gymnax:<id> env")
-    if cfg.compressor == "auto":
-        raise ConfigError("bad --compressor auto with --agent search: auto measures the model-free actor; choose a "
-                          "fixed --compressor (none, int8, distill:small, ...)")
     if cfg.corrector == "retrace":
         raise ConfigError("bad --corrector retrace with --agent search: the search's loss takes no corrector and "
                           "retrace would add an unused Q head; leave --corrector out")
@@ -467,19 +471,17 @@ def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
     try:
         spec = networks.default_spec(env.obs_shape, env.num_actions, env.channels_first,
                                      action_dim=env.action_dim, q_head=cfg.corrector == "retrace",
-                                     family=cfg.network)
+                                     network=cfg.network)
     except ValueError as err:
         if cfg.network == "auto":
             raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
-        raise ConfigError(f"bad --network {cfg.network} for {cfg.env}: {err}") from None
+        raise ConfigError(f"bad --network {cfg.network!r} for {cfg.env}: {err}") from None
     if cfg.hidden_sizes:
         try:
             networks.check_widths(spec.family, cfg.hidden_sizes)
         except ValueError:
-            what = {"mlp": "an MLP", "cnn": "a conv net", "minatar": "the MinAtar net",
-                    "impala": "the IMPALA ResNet"}[spec.family]
-            raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} ({what}, "
-                              f"--network {spec.family}): expected {networks.WIDTHS_MEANING[spec.family]}, e.g. "
+            raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} (the "
+                              f"{spec.family} network): expected {networks.WIDTHS_MEANING[spec.family]}, e.g. "
                               f"{' '.join(map(str, spec.widths))}") from None
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
     return spec

@@ -62,13 +62,12 @@ GROUPS = (
         "preset", "config", "env", "compressor", "corrector", "loss", "total_steps", "num_envs", "rollout_length",
         "seed", "logdir", "loop", "resume", "overwrite")),
     ("learner", "the learner: optimizer, network, losses, off-policy correction", (
-        "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "discount", "lambda_",
-        "clip_rho_threshold",
-        "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "epochs", "minibatches")),
+        "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "discount", "lambda_", "clip_rho_threshold",
+        "clip_pg_rho_threshold", "entropy_coef", "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",
-        "auto_candidates", "auto_every", "auto_max_clip")),
+        "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
         "agent", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale", "n_step")),
     ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
@@ -83,7 +82,7 @@ GROUPS = (
 # --help's one line for each flag of the common group (--help-all has the full help of every flag).
 SHORT_HELP = {
     "preset": "named settings: classic, minatar, atari, mujoco, search",
-    "config": "a YAML or TOML file of settings (these flags' names)",
+    "config": "a YAML or TOML file of settings (flag names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
     "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
@@ -112,8 +111,8 @@ UNSET = {
     "max_depth": ("INT", "unset: no limit but the simulations"),
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
-HIDDEN_SIZES_UNSET = ("unset: the --network's own: 64 64 (mlp), 32 64 64 512 (cnn, Nature-DQN), 16 128 (minatar), "
-                      "16 32 32 256 (impala)")
+HIDDEN_SIZES_UNSET = ("unset: the --network family's own: 64 64 (mlp), 32 64 64 512 (cnn), 16 128 "
+                      "(minatar), 16 32 32 256 (impala)")
 # Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
 HIDDEN_ALIASES = {"--lambda_": "--lambda"}
 
@@ -355,11 +354,11 @@ def short_help(default: Config, prog: str, width: int = 80) -> str:
         shown = "unset" if value is None else ("on" if value else "off") if isinstance(value, bool) else \
             " ".join(map(str, value)) if isinstance(value, tuple) else value
         lines += wrap(f"{SHORT_HELP[f]} [{shown}]", initial_indent=f"  {flag(f):<18} ", subsequent_indent=" " * 21)
-    lines += ["", "more flags, each explained by --help-all (and in docs/CLI.md):"]
+    lines += ["", "more flags:"]
     for name, _, fields in GROUPS[1:]:
         lines += wrap(" ".join(flag(f) for f in fields), initial_indent=f"  {name + ':':<13} ",
                       subsequent_indent=" " * 16)
-    lines += ["", *wrap(f"{prog} --help-all: every flag with its help, default and accepted values")]
+    lines += wrap("every flag's help, default and accepted values: --help-all (or docs/CLI.md)")
     return "\n".join(lines)
 
 
