@@ -286,4 +286,4 @@ def test_xla_treats_impala_as_a_conv_net_and_minatar_as_a_matmul_net():
         assert xla.options_for(family, "cpu") == (xla.NO_YNN if conv else None)
         assert xla.options_for(family, "gpu") is None
         assert xla.gradient_loop_unroll(family, 6, "cpu") == (6 if conv else 1)
-        assert choose_loop(cfg, network=family, backend="cpu") == ("sequential" if conv else "anakin")
+        assert choose_loop(cfg, family=family, backend="cpu") == ("sequential" if conv else "anakin")
