@@ -154,6 +154,16 @@ class Config:
     as IMPALA, CleanRL and Sample Factory do (rewards clipped to [-1, 1]); episode returns in every log and
     the summary stay the raw game score. --no-reward-clip trains on the raw score. Other environments'
     rewards are never clipped."""
+    normalize_observations: bool = False
+    """Normalise the network's observations by their running mean and variance (count, mean and M2 combined
+    over devices by Chan et al.'s rule), clipped to [-10, 10], as gym's NormalizeObservation and CleanRL;
+    each rollout is normalised with the statistics it started with (the actor and the learner see the same
+    inputs), which it then updates. Saved in checkpoints; evaluate and export apply them. The Anakin loop
+    with gymnax envs and the Sebulba loop (whose actors get the statistics with each published policy)."""
+    normalize_rewards: bool = False
+    """Scale the learner's rewards by the running standard deviation of each environment's discounted
+    return (reset at every episode end), clipped to [-10, 10], as gym's NormalizeReward and CleanRL; episode
+    returns in the logs stay raw. The Anakin loop with gymnax envs and the Sebulba loop."""
     logdir: Optional[str] = None
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events (the default
     folder's name has ':' and '+' written as '_')."""
@@ -274,6 +284,7 @@ COMMON_NAMES = {
     "update_epochs": "epochs", "n_epochs": "epochs", "num_epochs": "epochs", "num_sgd_iter": "epochs",
     "ppo_epochs": "epochs",
     "num_minibatches": "minibatches", "n_minibatches": "minibatches",
+    "norm_adv": "normalize_advantages", "normalize_advantage": "normalize_advantages",
     "total_timesteps": "total_steps", "num_timesteps": "total_steps", "timesteps": "total_steps",
     "n_envs": "num_envs", "num_envs_per_worker": "num_envs", "env_id": "env", "env_name": "env",
     "net_arch": "hidden_sizes", "hidden_dims": "hidden_sizes", "log_dir": "logdir", "output_dir": "logdir",

@@ -8,7 +8,8 @@ Writes a trained policy (:mod:`accerl_jax.tools.trained`) as a program that runs
   constants in their own dtypes, so an ``int8`` actor keeps its int8 weights and per-channel scales):
   ``(obs [b, *obs_shape] obs_dtype, key uint32[2]) -> (action [b], greedy_action [b], policy_out [b, A])``
   (continuous: ``action`` and ``greedy_action`` float32 ``[b, D]``, clipped to the action space's bounds;
-  ``policy_out`` unclipped);
+  ``policy_out`` unclipped); a run trained with ``--normalize-observations`` has its frozen observation
+  statistics baked in: the program takes raw observations and normalises them itself;
 * ``DIR/policy.json``: what a user needs to run it (observation shape and dtype, action space, the run's
   env and compressor spec, the run folder as a path relative to ``DIR``), its parameter count and bytes and program size beside the learner's (the
   learner's forward is exported the same way to measure it), and KL(π_learner ‖ π) and greedy-action
@@ -158,6 +159,9 @@ def export_trained(trained, out: str, *, seed: int = 1) -> dict:
         "env": trained.cfg.env,
         "obs_shape": list(info.obs_shape),
         "obs_dtype": info.obs_dtype,
+        # --normalize-observations: the run's frozen observation statistics are baked into the program, which
+        # takes raw observations and normalises them itself (accerl_jax.normalize.normalize_obs).
+        "normalize_observations": bool(trained.cfg.normalize_observations),
         "action_space": action,
         # Continuous: the program is an env boundary, so the Gaussian sample and the mean come out clipped to
         # the box (training clips in its env adapter and stores the unclipped sample's log-prob).

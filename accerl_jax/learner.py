@@ -415,8 +415,8 @@ def normalized_advantages(advantage: jax.Array, mask: jax.Array, axis_name: str 
       axis_name: the devices' mesh axis inside ``shard_map``, or None on one device.
 
     Returns:
-      ``[T, b]`` float32 normalised advantages (invalid samples' values are normalised too, and masked by
-      the loss).
+      ``[T, b]`` float32 normalised advantages, 0 at invalid samples (a minibatch without valid samples,
+      whose std is 0, then holds no values divided by 1e-8).
     """
     sums = jnp.stack([jnp.sum(mask), jnp.sum(mask * advantage)])
     if axis_name is not None:
@@ -426,7 +426,7 @@ def normalized_advantages(advantage: jax.Array, mask: jax.Array, axis_name: str 
     sq = jnp.sum(mask * (advantage - mean) ** 2)
     if axis_name is not None:
         sq = jax.lax.psum(sq, axis_name)
-    return (advantage - mean) / (jnp.sqrt(sq / count) + 1e-8)
+    return jnp.where(mask > 0, (advantage - mean) / (jnp.sqrt(sq / count) + 1e-8), 0.0)
 
 
 # The learner's stream of a seed: fold_in(PRNGKey(seed), LEARNER_STREAM), apart from the split(., 3) of

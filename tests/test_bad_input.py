@@ -100,6 +100,14 @@ def _config(t):
 
 # (id, extra args (a function of the case folder), prepare (or None), [message parts], SUB or "")
 CASES = [
+    ("normalize-sequential", lambda t: _over(t) + ["--normalize-observations", "--loop", "sequential"], None,
+     ["bad --normalize-observations with --loop sequential", "supported only by the Anakin loop with a gymnax env"],
+     SUB),
+    ("normalize-search", lambda t: _over(t) + ["--normalize-rewards", "--agent", "search"], None,
+     ["bad --normalize-rewards with --agent search", "supported only by the Anakin loop"], ""),
+    ("normalize-envpool-anakin", lambda t: _over(t) + ["--normalize-rewards", "--env", "envpool:CartPole-v1",
+                                                       "--loop", "anakin"], None,
+     ["bad --normalize-rewards with --loop anakin and --env envpool:CartPole-v1", "and the Sebulba loop"], ""),
     ("env-no-backend", lambda t: _over(t) + ["--env", "CartPole-v1"], None,
      ["bad --env 'CartPole-v1'", "expected 'gymnax:<id>'"], SUB),
     ("env-unknown-backend", lambda t: _over(t) + ["--env", "gym:CartPole-v1"], None,

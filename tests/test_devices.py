@@ -635,3 +635,38 @@ def test_two_processes_take_the_same_auto_decisions(tmp_path, loop_name):
     assert (first["trigger"], first["previous"], first["chosen"]) == ("initial", "distill:tiny", "none")
     assert summary["actor_params_digest"] == actor[0][0]
     assert len(summary["auto_decisions"]) == len(decided[0])
+
+
+NORMALISED = dict(compressor="none", normalize_observations=True, normalize_rewards=True)
+
+
+def _normalised_job(logdir: str) -> dict:
+    """The main job with observation and reward normalisation: its summary, final learner parameters and
+    the statistics of its final checkpoint."""
+    import jax
+
+    from accerl_jax.run import checkpoint
+
+    summary, trained = _main_job(logdir, **NORMALISED)
+    leaves = checkpoint.read_leaves(logdir, summary["updates"])
+    return {"devices": jax.local_device_count(), "summary": {k: summary[k] for k in SUMMARY_KEYS},
+            "params": _leaves(trained.learner_params),
+            "normalizer": {k: np.asarray(v).tolist() for k, v in leaves.items() if k.startswith(".normalizer")}}
+
+
+def _normalised_job_devices(folder: str) -> None:
+    print("RESULT " + json.dumps(_normalised_job(os.path.join(folder, "run"))))
+
+
+def test_normalised_job_on_two_devices_equals_one_device(tmp_path):
+    """--normalize-observations/--normalize-rewards on 2 devices: the statistics (combined over the
+    devices' shares of the batch) and, to float tolerance, the learner equal one device's."""
+    one = _normalised_job(str(tmp_path / "one"))
+    got = run_device_main("test_devices", 2, "_normalised_job_devices", (str(tmp_path / "two"),))
+    assert got["devices"] == 2 and got["summary"]["learner_devices"] == 2 and one["summary"]["learner_devices"] == 1
+    assert got["summary"]["final_return_mean"] == one["summary"]["final_return_mean"]  # the same episodes
+    assert list(got["normalizer"]) == list(one["normalizer"]) and one["normalizer"][".normalizer.obs.count"] == pytest.approx(6 * 64, abs=1e-3)
+    for k, v in one["normalizer"].items():
+        np.testing.assert_allclose(got["normalizer"][k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+    for a, b in zip(one["params"], got["params"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)

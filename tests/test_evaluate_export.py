@@ -483,3 +483,38 @@ def test_a_resumed_run_says_where_it_continues_from(real_run):
                                           "continuing to --total-steps 24 (update 3)")
     assert train_cli.resume_line(train_cli.parse_config(["--resume", str(real_run)])) is None  # already done
     assert train_cli.resume_line(train_cli.parse_config(["--seed", "3"])) is None
+
+
+def test_normalised_run_exports_and_evaluates_with_its_frozen_statistics(tmp_path):
+    """A run trained with --normalize-observations: the exported program takes raw observations and gives
+    the actions of the run's network on those observations normalised with the checkpoint's statistics;
+    evaluation plays the same normalising policy."""
+    logdir = tmp_path / "run"
+    run_training(Config(total_steps=64, num_envs=4, rollout_length=8, normalize_observations=True,
+                        normalize_rewards=True, logdir=str(logdir), progress=False))
+    leaves = checkpoint.read_leaves(str(logdir), 2)
+    mean, m2, count = (leaves[f".normalizer.obs.{k}"] for k in ("mean", "m2", "count"))
+    assert count == pytest.approx(64, abs=1e-3) and np.all(m2 > 0)
+    loaded = trained.load(str(logdir), policy="actor", num_envs=1)
+    record = export.export_trained(loaded, str(tmp_path / "out"))
+    assert record["normalize_observations"] is True and record["exported_matches_framework"]["actions_equal"]
+    spec, policy = _readme_loader(str(tmp_path / "out"))
+    env = make_env("gymnax:CartPole-v1", 8, 0)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    for _ in range(3):
+        state, tr = env.step(state, jnp.ones((8,), jnp.int32))
+    raw = np.asarray(tr.obs) * 3.0  # raw observations, away from the statistics' mean
+    normalised = np.clip((raw - mean) / np.sqrt(m2 / count + 1e-8), -10, 10).astype(np.float32)
+    net = networks.make_apply(plan_lib.make_plan(loaded.cfg, env.info).spec)
+    for seed in (0, 1):
+        key = jax.random.PRNGKey(seed)
+        want = jax.jit(trained.make_forward(net, loaded.params, loaded.info))(normalised, key)
+        got = policy(raw, key)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+        np.testing.assert_allclose(np.asarray(got[2]), np.asarray(want[2]), rtol=1e-5, atol=1e-5)
+    # The program differs from the network on raw observations: the statistics are really applied.
+    raw_out = net(loaded.params, raw)[0]
+    assert not np.allclose(np.asarray(raw_out), np.asarray(policy(raw, jax.random.PRNGKey(0))[2]), atol=1e-4)
+    record = evaluate.evaluate(evaluate.Args(run_dir=str(logdir), episodes=2, num_envs=2, progress=False))
+    assert record["episodes"] == 2 and record["eval_obs_kl_learner_actor"] == pytest.approx(0.0, abs=1e-6)

@@ -19,7 +19,7 @@ LAYERS = [
     # run.folder (the run folder's files: claim, lock, trim; it imports only config) sits this low
     # because the Monitor, which writes into the folder, asks it which files are the run's.
     ("platform", "run.folder"),
-    ("corrector", "networks", "envs"),
+    ("corrector", "networks", "envs", "normalize"),
     ("compressor",),
     ("actor", "async_actor", "learner", "monitor", "search"),  # search: an agent family (actor + loss)
     ("run",),  # one run's life: plan, build, driver and its parts (not run.training)

@@ -95,10 +95,12 @@ def test_normalized_advantages_by_hand():
     mask = (jax.random.uniform(jax.random.PRNGKey(1), (6, 4)) > 0.3).astype(jnp.float32)
     got = learner.normalized_advantages(adv, mask)
     valid = np.asarray(adv)[np.asarray(mask) > 0]
-    want = (np.asarray(adv) - valid.mean()) / (valid.std() + 1e-8)
+    want = np.where(np.asarray(mask) > 0, (np.asarray(adv) - valid.mean()) / (valid.std() + 1e-8), 0.0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     g = np.asarray(got)[np.asarray(mask) > 0]
     assert abs(g.mean()) < 1e-5 and abs(g.std() - 1.0) < 1e-4
+    none = learner.normalized_advantages(adv, jnp.zeros_like(mask))  # no valid sample: zeros, no 1e8 blow-up
+    np.testing.assert_array_equal(none, 0.0)
 
 
 GRID = (10, 10, 4)  # a MinAtar observation [H, W, C]

@@ -409,3 +409,23 @@ def test_resume_by_folder_alone_keeps_the_runs_log_and_checkpoint_cadence(tmp_pa
     assert changed == ["resume: --total-steps 320 -> 384, --log-every 3 -> 1 (the run's own otherwise)"]
     assert [int(r["update"]) for r in metric_rows(run)][5:] == [11, 12]
     assert steps(run) == [4, 6, 9, 10, 12]
+
+
+def test_stop_and_resume_with_normalisation_equals_uninterrupted_run(tmp_path, monkeypatch):
+    # --normalize-observations/--normalize-rewards: the running statistics and the per-env discounted
+    # returns are in the checkpoint, so a killed and resumed run is bitwise the uninterrupted one.
+    norm = dict(normalize_observations=True, normalize_rewards=True, checkpoint_every=0)
+    ref = run_training(tiny(tmp_path / "ref", **norm))
+    ref_leaves = checkpoint.read_leaves(str(tmp_path / "ref"), UPDATES)
+    assert float(ref_leaves[".normalizer.obs.count"]) == pytest.approx(8 * 8 * UPDATES, abs=1e-3)
+    assert float(ref_leaves[".normalizer.reward.m2"]) > 0 and np.any(ref_leaves[".normalizer.returns"] != 0)
+    logdir = tmp_path / "run"
+    hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    first = run_training(tiny(logdir, **norm))
+    assert first["stopped"] == "interrupted" and steps(logdir) == [4]
+    monkeypatch.undo()
+    summary = run_training(tiny(None, resume=str(logdir), **norm))
+    assert summary["resumed_from_update"] == 4
+    for key in SUMMARY_NUMBERS:
+        assert summary[key] == ref[key], key
+    assert_same_leaves(checkpoint.read_leaves(str(logdir), UPDATES), ref_leaves)

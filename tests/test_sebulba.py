@@ -336,3 +336,33 @@ def test_cli_envpool_recv_exception_exits_nonzero_with_traceback(tmp_path):
     fault_at = float(proc.stderr.split("FAULT_AT ")[1].split()[0])
     assert ended - fault_at < FAULT_BOUND_S + 5  # + the interpreter's exit
     assert_checkpoint_resumes(logdir)
+
+
+def test_normalised_sebulba_run_publishes_statistics_to_actors_and_resumes_them(tmp_path, monkeypatch):
+    """--normalize-observations/--normalize-rewards in Sebulba: the actors act with the learner's
+    observation statistics (published with each policy), the checkpoint holds the statistics of every
+    valid step seen, and --resume continues them (host envs restart, so their discounted returns do)."""
+    seen_counts = []
+    real_init = AsyncActor.__init__
+
+    def init(self, env, act, rollout_length, key):
+        def spying(params, obs, k):
+            seen_counts.append(float(params[1].count))  # (actor params, observation statistics)
+            return act(params, obs, k)
+
+        real_init(self, env, spying, rollout_length, key)
+
+    monkeypatch.setattr(AsyncActor, "__init__", init)
+    norm = dict(normalize_observations=True, normalize_rewards=True)
+    logdir = tmp_path / "run"
+    run_training(tiny(logdir, updates=4, **norm))
+    first = checkpoint.read_leaves(str(logdir), 4)
+    count = float(first[".normalizer.obs.count"])
+    # 4 updates of 4 envs x 8 steps, less envpool's reset steps (not valid, not counted).
+    assert 0.8 * 4 * 32 <= count <= 4 * 32 and float(first[".normalizer.reward.count"]) == count
+    assert np.all(first[".normalizer.obs.m2"] > 0)
+    assert seen_counts[0] < 1 and 1 < max(seen_counts) <= count  # the actors got the learner's statistics
+    monkeypatch.undo()
+    run_training(tiny(None, resume=str(logdir), updates=8, **norm))
+    final = checkpoint.read_leaves(str(logdir), 8)
+    assert count + 0.8 * 4 * 32 <= float(final[".normalizer.obs.count"]) <= 8 * 32

@@ -85,7 +85,8 @@ class AnakinStepper:
     def _snapshot(self, s: AnakinState, completed: int) -> checkpoint.TrainState:
         # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
         n = min(completed, self.run.cfg.policy_lag) + 1
-        return shared.snapshot(self.run, s.learner, s.actor_params[self.lag - n:], s.compressor, carry=s.carry)
+        return shared.snapshot(self.run, s.learner, s.actor_params[self.lag - n:], s.compressor, carry=s.carry,
+                               normalizer=s.normalizer)
 
     def steps(self, driver):
         run, seeds = self.run, self.seeds

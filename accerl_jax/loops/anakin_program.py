@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax import learner as learner_lib
+from accerl_jax import normalize
 from accerl_jax.platform import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax.compressor import Compressor
@@ -46,6 +47,9 @@ class AnakinState(NamedTuple):
     # accerl_jax.run.guard.MAX_SKIP_STREAK consecutive skips (--on-nan skip); 0: none
     bad_update: jax.Array
     bad_quantity: jax.Array  # [] int32, its index into accerl_jax.run.guard.QUANTITIES, FINITE (-1): none
+    # --normalize-observations / --normalize-rewards: the running statistics (accerl_jax.normalize.NormState),
+    # replicated; None (no leaves) without normalisation
+    normalizer: Any = None
 
 
 class UpdateOutput(NamedTuple):
@@ -78,10 +82,26 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
     # its teacher's (distillation then needs no second forward pass of the teacher).
     guarded = guard_lib.guard_update(learner_update(run), cfg.on_nan)
     every = cfg.compress_every
+    # --normalize-observations: the actor acts on observations normalised with the statistics the update
+    # starts with (its parameters paired with them); the learner and the compressor then get the rollout
+    # normalised with the same statistics (accerl_jax.normalize.normalize_rollout), and the statistics
+    # take the rollout's raw observations and rewards afterwards.
+    norm_actor = (run.actor_for(normalize.normalized_apply(compressor.actor_apply(run.learner_apply)))
+                  if cfg.normalize_observations else None)
+
+    def act(s: AnakinState):
+        if norm_actor is not None:
+            return norm_actor.rollout_fn((s.actor_params[0], s.normalizer.obs), s.carry)
+        return run.actor.rollout_fn(s.actor_params[0], s.carry)
 
     def step(s: AnakinState, _) -> tuple[AnakinState, UpdateOutput]:
         it = s.update + 1
-        carry, rollout = run.actor.rollout_fn(s.actor_params[0], s.carry)
+        carry, rollout = act(s)
+        normalizer = s.normalizer
+        if normalizer is not None:
+            raw, rollout = rollout, normalize.normalize_rollout(normalizer, rollout)
+            normalizer = normalize.update_from_rollout(normalizer, raw.obs, raw.reward, raw.terminated | raw.truncated,
+                                                       raw.valid, cfg.discount)
         learner, metrics, bad, *outputs = guarded(s.learner, rollout, it)
         bad = guard_lib.refine(bad, s.actor_params[0])  # a diverged student is named, not the learner
         if cfg.on_nan == "skip":
@@ -114,6 +134,7 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
             streak=streak,
             bad_update=jnp.where(first_bad, it, s.bad_update),
             bad_quantity=jnp.where(first_bad, bad, s.bad_quantity),
+            normalizer=normalizer,
         )
         metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
                        policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
@@ -122,6 +143,12 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
         return (new, out, rollout) if with_rollout else (new, out)
 
     return step
+
+
+def normalizing(run: Run) -> bool:
+    """Whether ``run`` normalises observations or rewards (its state then carries
+    :class:`accerl_jax.normalize.NormState`)."""
+    return run.cfg.normalize_observations or run.cfg.normalize_rewards
 
 
 def state_sharding(run: Run | None = None):
@@ -146,7 +173,8 @@ def state_sharding(run: Run | None = None):
         batch = replicated
     return AnakinState(learner=replicated, actor_params=replicated, versions=replicated, compressor=replicated,
                        carry=ActorCarry(batch, batch, batch), obs=replicated, update=replicated,
-                       skipped=replicated, streak=replicated, bad_update=replicated, bad_quantity=replicated)
+                       skipped=replicated, streak=replicated, bad_update=replicated, bad_quantity=replicated,
+                       normalizer=replicated if normalizing(run) else None)
 
 
 def chunk_length(run: Run) -> int:

@@ -10,9 +10,10 @@ from jax.sharding import NamedSharding
 
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
+from accerl_jax import normalize
 from accerl_jax.platform import xla
 from accerl_jax.run.guard import FINITE
-from accerl_jax.loops.anakin_program import AnakinState, state_sharding
+from accerl_jax.loops.anakin_program import AnakinState, normalizing, state_sharding
 from accerl_jax.loops.shared import resumed_carry
 from accerl_jax.run.build import Run, policy_versions
 
@@ -41,16 +42,18 @@ def _initial_state(run: Run, seed: int) -> AnakinState:
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
     zero = jnp.zeros((), jnp.int32)
     learner = learner_lib.init_state(params, run.optimizer, run.mesh, key=learner_lib.learner_key(seed))
+    normalizer = (normalize.init_state(run.info.obs_shape, batch, cfg.normalize_observations, cfg.normalize_rewards)
+                  if normalizing(run) else None)
     return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero,
                        zero, zero,
-                       jnp.full((), FINITE, jnp.int32))
+                       jnp.full((), FINITE, jnp.int32), normalizer)
 
 
 def restored_state(run: Run, skipped) -> AnakinState:
     """The state of a ``--resume`` checkpoint: its (trimmed) lagged parameter sets padded to
     ``--policy-lag + 1`` by repeating the oldest, as a new run starts."""
     cfg, completed = run.cfg, run.start_update
-    learner, lagged, comp_state, carry = run.restored
+    learner, lagged, comp_state, carry, normalizer = run.restored
     carry = resumed_carry(run, carry)  # host (envpool) envs restart; the actor's key continues
     lag = cfg.policy_lag + 1
     lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
@@ -64,7 +67,7 @@ def restored_state(run: Run, skipped) -> AnakinState:
 
     return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
                        per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
-                       per_seed(jnp.int32(0)), per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)))
+                       per_seed(jnp.int32(0)), per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)), normalizer)
 
 
 def place_state(run: Run, state: AnakinState) -> AnakinState:

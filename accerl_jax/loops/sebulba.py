@@ -17,6 +17,13 @@ Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
   the newest learner parameters it has been given (older ones are skipped), takes ``--compressor auto``'s
   decisions, and publishes the policy to the actors; so compression overlaps acting and learning.
 
+``--normalize-observations`` / ``--normalize-rewards`` (:mod:`accerl_jax.normalize`): the learner holds
+the statistics, normalises each rollout with them at update time and then updates them from the raw
+rollout; the actors get the observation statistics with each published policy and act on observations
+normalised with those. An actor's statistics may be a few versions older than the learner's: from the
+raw observations' view that is one more difference between μ and π, and the stored ``log μ(a|x)``
+corrects for it as it does for the parameters' lag.
+
 A worker thread that raises stops the run within ~:data:`POLL_S`: the stepper re-raises the worker's own
 exception, and the driver saves the last completed update. Host environments restart on ``--resume``.
 
@@ -42,6 +49,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax.run import checkpoint
 from accerl_jax import learner as learner_lib
+from accerl_jax import normalize
+from accerl_jax.actor import HostActor
 from accerl_jax.async_actor import AsyncActor
 from accerl_jax.platform.clock import StageClock
 from accerl_jax.config import Config
@@ -91,6 +100,16 @@ class SebulbaStepper:
         # --compressor auto's one wiring; its decisions are taken in the compressor thread.
         self.auto = AutoControl(run.compressor) if run.plan.auto else None
         self.workers: list[threading.Thread] = []
+        self.normalizing = cfg.normalize_observations or cfg.normalize_rewards
+        self.norm = None  # the statistics (accerl_jax.normalize.NormState), set by _start
+        # The actors' policy with --normalize-observations: (actor params, observation statistics) pairs.
+        self.act = (HostActor(run.env, normalize.normalized_apply(run.actor_apply), cfg.rollout_length,
+                              run.plan.spec.family).act if cfg.normalize_observations else run.actor.act)
+        if self.normalizing:
+            self._normalize = jax.jit(normalize.normalize_rollout)
+            self._update_norm = jax.jit(
+                lambda n, r: normalize.update_from_rollout(n, r.obs, r.reward, r.terminated | r.truncated, r.valid,
+                                                           cfg.discount))
 
     def _start(self) -> None:
         run = self.run
@@ -102,8 +121,14 @@ class SebulbaStepper:
                 actor_params, comp_state = run.compressor.init(state.params, run.k_comp, jnp.asarray(first_obs))
                 jax.block_until_ready(actor_params)
         else:
-            state, lagged, comp_state, base_key = run.restored
+            state, lagged, comp_state, base_key = run.restored[:4]
             actor_params = lagged[-1]
+        if self.normalizing:
+            norm = (run.restored.normalizer if run.plan.resume is not None else normalize.init_state(
+                run.info.obs_shape, run.cfg.num_envs, run.cfg.normalize_observations, run.cfg.normalize_rewards))
+            if norm.returns is not None:  # host envs restart on --resume: so do their discounted returns
+                norm = norm._replace(returns=jnp.zeros_like(norm.returns))
+            self.norm = jax.device_put(norm, NamedSharding(run.mesh, P()))
         self.state = state
         self.thread_key, self.saved_key = jax.random.split(base_key)
         start = run.start_update
@@ -118,6 +143,8 @@ class SebulbaStepper:
         self.workers.append(thread("accerl-compress", compress, self.failure, self.stopping))
 
     def _to_actor(self, params):
+        if self.run.cfg.normalize_observations:  # the learner's newest statistics go with the policy
+            params = (params, self.norm.obs)
         return jax.device_put(params, self.actor_device)
 
     def _actor_body(self, index: int) -> Callable[[], None]:
@@ -129,7 +156,7 @@ class SebulbaStepper:
                                   envpool_seed(cfg.seed, cfg.num_envs, index * self.per_thread),
                                   reward_clip=cfg.reward_clip)
             key = jax.device_put(jax.random.fold_in(self.thread_key, index), self.actor_device)
-            actor = AsyncActor(env, run.actor.act, cfg.rollout_length, key)
+            actor = AsyncActor(env, self.act, cfg.rollout_length, key)
             feed(actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set), self.rollout_sharding,
                  self.rollouts, self.stopping, self.clock, self.put_wait, POLL_S)
 
@@ -143,7 +170,7 @@ class SebulbaStepper:
 
     def _snapshot(self) -> checkpoint.TrainState:
         (params, cstate), _ = self.comp_box.item
-        return shared.snapshot(self.run, self.state, (params,), cstate, key=self.saved_key)
+        return shared.snapshot(self.run, self.state, (params,), cstate, key=self.saved_key, normalizer=self.norm)
 
     def _drain(self) -> Events:
         """What the threads measured since the last drain: stage seconds, refreshes, auto decisions."""
@@ -173,6 +200,8 @@ class SebulbaStepper:
                 items = [take(self.rollouts, self.failure, POLL_S) for _ in range(self.threads_n)]
             parts = [item[0] for item in items]
             rollout = parts[0] if self.threads_n == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
+            if self.normalizing:  # the learner's statistics, then updated from the raw rollout
+                rollout, self.norm = self._normalize(self.norm, rollout), self._update_norm(self.norm, rollout)
             self.rollout = rollout
             for _, _, seconds in items:
                 for stage, sec in seconds.items():

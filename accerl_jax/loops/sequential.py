@@ -49,7 +49,7 @@ class SequentialStepper:
                 actor_params, comp_state = run.compressor.init(run.params, run.k_comp, carry.obs)
                 jax.block_until_ready(actor_params)
             return run.state, (actor_params,), comp_state, carry
-        state, lagged, comp_state, carry = run.restored
+        state, lagged, comp_state, carry = run.restored[:4]
         return state, lagged, comp_state, shared.resumed_carry(run, carry)
 
     def _snapshot(self) -> checkpoint.TrainState:

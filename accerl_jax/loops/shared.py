@@ -15,13 +15,14 @@ def learner_update(run: Run) -> Callable:
     return run.update if run.teacher_update is None else run.teacher_update
 
 
-def snapshot(run: Run, learner, lagged, comp_state, *, carry=None, key=None) -> checkpoint.TrainState:
+def snapshot(run: Run, learner, lagged, comp_state, *, carry=None, key=None, normalizer=None) -> checkpoint.TrainState:
     """What a checkpoint saves: the learner state, the lagged compressed parameter sets (oldest first),
     the compressor state and the actor's ``carry`` -- all of it for jittable envs, only its PRNG key for
     host envs (:func:`accerl_jax.run.checkpoint.host_key_only`) -- or, where the loop keeps no carry (its
-    actors are threads), the actors' base ``key``."""
+    actors are threads), the actors' base ``key``; and the ``normalizer`` statistics
+    (:class:`accerl_jax.normalize.NormState`, None without normalisation)."""
     saved = key if carry is None else checkpoint.host_key_only(carry, run.info.jittable)
-    return checkpoint.TrainState(learner, tuple(lagged), comp_state, saved)
+    return checkpoint.TrainState(learner, tuple(lagged), comp_state, saved, normalizer)
 
 
 def resumed_carry(run: Run, saved):

@@ -22,6 +22,7 @@ from accerl_jax.run import checkpoint, folder as run_folder
 from accerl_jax.run import plan as plan_lib
 from accerl_jax import learner as learner_lib
 from accerl_jax import networks
+from accerl_jax import normalize
 from accerl_jax.platform import speed, xla
 from accerl_jax.run import auto_gate, distributed
 from accerl_jax.actor import AnakinActor, make_actor
@@ -355,7 +356,12 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             actor_template, comp_template = jax.eval_shape(compressor.init, params, k_comp, obs_template)
             # The actor's lagged parameter sets: one more per completed update, up to --policy-lag + 1.
             n_lagged = min(resume_point.meta["extra"]["completed"], cfg.policy_lag) + 1
-            template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template)
+            norm_template = None
+            if cfg.normalize_observations or cfg.normalize_rewards:
+                norm_template = jax.eval_shape(lambda: normalize.init_state(
+                    info.obs_shape, info.num_envs * n_proc, cfg.normalize_observations, cfg.normalize_rewards))
+            template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template,
+                                             norm_template)
             if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
                 template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
                                         template)

@@ -71,6 +71,8 @@ class TrainState(NamedTuple):
     actor_params: Any  # the last --policy-lag + 1 compressed parameter sets, oldest first (a tuple)
     compressor: Any  # compressor state, dict keyed by stage name
     actor: Any  # ActorCarry (jittable envs) or only its PRNG key (host envs)
+    # accerl_jax.normalize.NormState (--normalize-observations / --normalize-rewards), else None (no leaves)
+    normalizer: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -286,12 +286,34 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     if cfg.agent == "search" and loop != "anakin":
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
+    check_normalize(cfg, loop, jittable)
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
     if num_processes > 1:
         check_multi_host(cfg, loop)
     return loop
+
+
+def check_normalize(cfg: Config, loop: str, jittable: bool) -> None:
+    """Refuse ``--normalize-observations`` / ``--normalize-rewards`` where they are not implemented:
+    the Anakin loop with a gymnax env and the Sebulba loop carry the statistics
+    (:mod:`accerl_jax.normalize`), with the actor-critic agent and a fixed compressor.
+
+    Raises:
+      ConfigError: either flag with the sequential loop, the Anakin loop with an envpool env, ``--agent
+        search`` or ``--compressor auto``.
+    """
+    flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
+                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
+    if not flags:
+        return
+    why = (f"--loop {loop}" if loop not in ("anakin", "sebulba") else f"--loop anakin and --env {cfg.env}"
+           if loop == "anakin" and not jittable
+           else "--agent search" if cfg.agent == "search" else "--compressor auto" if cfg.compressor == "auto" else None)
+    if why is not None:
+        raise ConfigError(f"bad {flags[0]} with {why}: normalisation is supported only by the Anakin loop with a "
+                          "gymnax env and the Sebulba loop, with the actor-critic agent and a fixed --compressor")
 
 
 def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:

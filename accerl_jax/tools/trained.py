@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from accerl_jax import networks
+from accerl_jax import normalize
 from accerl_jax.run import checkpoint
 from accerl_jax.run import plan as plan_lib
 from accerl_jax.actor import sample_from
@@ -143,9 +144,22 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
         # that many updates later.
         params = pick(f".actor_params[{max(lagged)}]", template)
         apply = compressor.actor_apply(learner_apply)
+    if cfg.normalize_observations:
+        # The run's observation statistics, frozen: both policies normalise raw observations themselves,
+        # as the run's actor and learner did (their networks never saw raw observations).
+        stats = pick(".normalizer.obs", normalize.init_stats(tuple(env.info.obs_shape)))
+        apply, learner_apply = _normalizing(apply, stats), _normalizing(learner_apply, stats)
     return Trained(run_dir=point.logdir, step=point.step, cfg=cfg, env=env, spec=spec, policy=policy, apply=apply,
                    params=params, learner_apply=learner_apply, learner_params=learner_params,
                    extra=point.meta.get("extra", {}))
+
+
+def _normalizing(apply: ApplyFn, stats: normalize.RunningStats) -> ApplyFn:
+    """``apply`` on observations normalised with the frozen ``stats`` (:func:`accerl_jax.normalize.normalize_obs`)."""
+    def wrapped(params, obs):
+        return apply(params, normalize.normalize_obs(stats, obs))
+
+    return wrapped
 
 
 def _checkpoint_path(point: checkpoint.ResumePoint, step: int, run_dir: str) -> str:

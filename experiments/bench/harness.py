@@ -191,40 +191,63 @@ def train_process(flags: list[str], seed: int, target: float | None, cache: str,
 
 # PureJaxRL's CartPole-v1 config (purejaxrl/ppo.py's __main__) with its per-episode host printing off,
 # its jitted make_train called once (compile included), run from purejaxrl/purejaxrl/ in its own venv.
+# argv: seed, total steps, and a JSON object of config entries replacing these (a peer config of
+# PUREJAXRL_CONFIGS). Prints the mean return of the last update's rollout (every env and step, as
+# PureJaxRL's own plots) and the mean of the last 100 completed episodes (as accerl_jax's summary).
 PUREJAXRL_RUN = """
 import json, sys, time
 start = time.perf_counter()
 sys.path.insert(0, ".")
 import jax
+import numpy as np
 from ppo import make_train
 config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": float(sys.argv[2]),
           "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2,
           "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
           "ANNEAL_LR": True, "DEBUG": False}
+config.update(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {})
 imported = time.perf_counter()
 out = jax.block_until_ready(jax.jit(make_train(config))(jax.random.PRNGKey(int(sys.argv[1]))))
 returns = out["metrics"]["returned_episode_returns"]  # [updates, steps, envs]
+ended = out["metrics"].get("returned_episode")  # [updates, steps, envs] bool: an episode ended there
+episodes = np.asarray(returns).reshape(-1)[np.asarray(ended).reshape(-1)] if ended is not None else np.zeros(0)
 print(json.dumps({"final_return_mean": float(returns[-1].mean()), "import_s": imported - start,
-                  "train_s": time.perf_counter() - imported}))
+                  "train_s": time.perf_counter() - imported,
+                  "last_100_episodes_mean": float(episodes[-100:].mean()) if episodes.size else None}))
 """
+# Peer configs by name: PureJaxRL's MinAtar config (its README's MinAtar notebook: 64 envs x 128 steps,
+# 4 epochs x 8 minibatches, LR 5e-3 annealed, relu, its MLP(64, 64) on the flattened grid).
+PUREJAXRL_CONFIGS = {
+    "cartpole": {},
+    "minatar": {"LR": 5e-3, "NUM_ENVS": 64, "NUM_STEPS": 128, "NUM_MINIBATCHES": 8, "ACTIVATION": "relu"},
+}
 
 
-def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, target: float,
-                      timeout_s: float = 1800) -> dict:
-    """PureJaxRL's PPO on CartPole-v1 as one whole process of ``python`` (its own virtual environment,
-    the pins in ``peers.md``) in ``checkout/purejaxrl``: ``process_s``, ``final_return_mean``,
-    ``import_s``, ``train_s``. It logs nothing while training, so its time to ``target`` is its whole
-    process when its final return reaches ``target``, else None.
+def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, target: float | None,
+                      timeout_s: float = 1800, config: str = "cartpole", env: str = "CartPole-v1",
+                      episodes: bool = False) -> dict:
+    """PureJaxRL's PPO (``purejaxrl/ppo.py``) on gymnax ``env`` with the named peer ``config``
+    (:data:`PUREJAXRL_CONFIGS`) as one whole process of ``python`` (its own virtual environment, the pins
+    in ``peers.md``) in ``checkout/purejaxrl``: ``process_s``, ``final_return_mean``, ``import_s``,
+    ``train_s``, ``last_100_episodes_mean``. ``episodes``: ``final_return_mean`` is the mean of the last
+    100 completed episodes (accerl_jax's summary's measure) rather than of the last update's rollout. It
+    logs nothing while training, so its time to ``target`` is its whole process when its final return
+    reaches ``target``, else None.
 
     Raises:
       RuntimeError: the process failed (its exit code and the end of its stderr).
+      KeyError: ``config`` is not a key of :data:`PUREJAXRL_CONFIGS`.
     """
+    overrides = dict(PUREJAXRL_CONFIGS[config], ENV_NAME=env)
     start = time.perf_counter()
-    proc = subprocess.run([python, "-c", PUREJAXRL_RUN, str(seed), str(total_steps)],
+    proc = subprocess.run([python, "-c", PUREJAXRL_RUN, str(seed), str(total_steps), json.dumps(overrides)],
                           cwd=os.path.join(checkout, "purejaxrl"), capture_output=True, text=True, timeout=timeout_s,
                           env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=""))
     process_s = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"purejaxrl seed {seed} exited {proc.returncode}: {proc.stderr[-1500:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return dict(out, process_s=process_s, time_to_target_s=process_s if out["final_return_mean"] >= target else None)
+    if episodes and out.get("last_100_episodes_mean") is not None:
+        out["final_return_mean"] = out["last_100_episodes_mean"]
+    reached = target is not None and out["final_return_mean"] >= target
+    return dict(out, process_s=process_s, time_to_target_s=process_s if reached else None)

@@ -24,11 +24,12 @@ def process(b, o: dict, rounds: int, peer: dict | None) -> dict:
             if not peer:
                 return {"skipped": "no PureJaxRL checkout given (--purejaxrl, --peer-python)"}
             return harness.purejaxrl_process(peer["checkout"], peer["python"], seed, o.get("peer_steps", c["steps"]),
-                                             o["target"])
+                                             o.get("target"), config=c.get("config", "cartpole"),
+                                             env=c.get("env", "CartPole-v1"), episodes=c.get("episodes", False))
         flags, rerun = c["flags"] + o.get("flags", []), c.get("rerun") and o.get("rerun", True)
         with tempfile.TemporaryDirectory() as cache:  # empty: a first run on this machine
-            first = harness.train_process(flags, seed, o["target"], cache)
-            return dict(first, rerun=harness.train_process(flags, seed, o["target"], cache) if rerun else None)
+            first = harness.train_process(flags, seed, o.get("target"), cache)
+            return dict(first, rerun=harness.train_process(flags, seed, o.get("target"), cache) if rerun else None)
 
     runs = harness.interleave(o["configs"], o["seeds"], rounds, one)
     out = {}

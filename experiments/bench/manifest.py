@@ -67,6 +67,19 @@ BENCHMARKS = (
         dict(target=CARTPOLE_TARGET, seeds=[0, 1, 2]),
         dict(seeds=[0], flags=["--total-steps", "1024"], peer_steps=1024, rerun=False),
         references=REFERENCES[:1]),
+    *(Benchmark(
+        f"minatar_{short}_vs_purejaxrl", "process",
+        f"Whole-process seconds (compilation included) and final return (mean of the last 100 episodes) at 2M "
+        f"agent steps of the minatar preset on {game}, against PureJaxRL's ppo.py with its MinAtar config "
+        "(64 envs x 128 steps, 4 epochs x 8 minibatches, LR 5e-3, MLP(64, 64) on the flattened grid) in its own "
+        "virtual environment.",
+        "PureJaxRL's MinAtar config: final return at least its, whole process at most its (ratio ≤ 1.0)",
+        {"minatar preset": {"flags": ["--preset", "minatar", "--env", f"gymnax:{game}"]},
+         "purejaxrl": {"peer": "purejaxrl", "steps": 2_000_000, "config": "minatar", "env": game, "episodes": True}},
+        ("process_s", "purejaxrl"),
+        dict(seeds=[0, 1, 2]),
+        dict(seeds=[0], flags=["--total-steps", "8192"], peer_steps=8192))
+      for short, game in (("breakout", "Breakout-MinAtar"), ("spaceinvaders", "SpaceInvaders-MinAtar"))),
     Benchmark(
         "quality_classic", "training",
         "Final return of the default job at 500k agent steps on CartPole-v1 and Acrobot-v1 (mean over seeds), "
