@@ -115,7 +115,7 @@ def _net(kind):
             lambda k: jax.random.bernoulli(k, 0.3, (4, 10, 10, 4)).astype(jnp.float32), sharpen=100.0,
         )
     if kind in ("minatar_net", "impala"):  # --network minatar / impala on a MinAtar grid
-        spec = networks.default_spec((10, 10, 4), 6, family=kind.removesuffix("_net"))
+        spec = networks.default_spec((10, 10, 4), 6, network=kind.removesuffix("_net"))
         if kind == "impala":  # narrower stacks: the same layers, compiled faster
             spec = networks.with_widths(spec, (8, 8, 8, 64))
         return Net(
