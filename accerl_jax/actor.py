@@ -334,7 +334,7 @@ def make_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp", gr
     :class:`ShardedActor` of those env groups (``env`` is then one group's jittable adapter) placed over
     ``mesh``.
 
-    ``family`` (``"mlp"``/``"cnn"``) selects the compiler options (:func:`accerl_jax.platform.xla.options_for`).
+    ``family`` (``"mlp"``, ``"cnn"``, ...) selects the compiler options (:func:`accerl_jax.platform.xla.options_for`).
 
     Raises:
       ValueError: ``groups`` with a host env, or groups that do not split evenly over ``mesh``.

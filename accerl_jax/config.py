@@ -14,8 +14,8 @@ import tyro
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 # --agent values (Config.agent).
 AGENTS = ("actor-critic", "search")
-# --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks).
-NETWORKS = ("auto", "mlp", "cnn", "minatar")
+# --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks.FAMILIES).
+NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 
 
 class ConfigError(ValueError):
@@ -172,15 +172,16 @@ class Config:
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over the budget; --no-anneal-lr keeps it constant."""
     network: str = "auto"
-    """The learner's network family: 'auto' (an MLP for vector observations, the Nature-DQN CNN for
-    images), 'mlp' (on images: the flattened image, as PureJaxRL's MinAtar agent), 'cnn' (Nature DQN:
-    three convolutions and a dense layer) or 'minatar' (the MinAtar paper's network: one 16-channel 3x3
-    convolution and a 128-unit dense layer). The actor's compressed network is derived from it."""
+    """The learner's network (the actors' before compression): 'auto' (default: 'mlp' for vector
+    observations, 'cnn' for images), 'mlp' (separate policy and value MLPs; images are flattened, uint8
+    scaled by 1/255), 'cnn' (the Nature-DQN torso, Mnih et al. 2015), 'minatar' (the MinAtar paper's net,
+    Young & Tian 2019: one 3x3 conv, dense 128), 'impala' (IMPALA's 15-layer ResNet, Espeholt et al.
+    2018). cnn, minatar and impala need image observations. A resumed run keeps its network."""
     hidden_sizes: tuple[int, ...] = ()
-    """Hidden widths of the learner's network: for an MLP any number of layers (e.g. --hidden-sizes 64 64);
-    for the conv net four numbers (three conv channel counts, then the dense size); for the MinAtar
-    network two (conv channels, then the dense size). Unset (empty): the network family's own widths
-    (shown as the default)."""
+    """Hidden widths of the learner's network, per --network: mlp, any number of layers (e.g. --hidden-sizes
+    64 64); cnn, four numbers (three conv channel counts, then the dense size); minatar, two (the conv's
+    channels, then the dense size); impala, two or more (each residual stack's channels, then the dense
+    size). Unset (empty): the network's own widths (shown as the default)."""
     discount: float = 0.99
     """Discount γ per agent step."""
     # The flag is --lambda (accerl_jax.tools.cli also accepts the field's own name, --lambda_, without listing it).

@@ -2,15 +2,14 @@
 
 * ``mlp``: MLP torsos (default 256, 256; ReLU) for the policy (logits) and the value,
   for vector observations (gymnax classic control, envpool ``CartPole-v1``).
-  On image observations (``--network mlp``) the MLP reads the flattened image (uint8 scaled by 1/255), as
-  PureJaxRL's MinAtar agent does.
+  On image observations (``--network mlp``) the observation is flattened first (uint8 scaled by 1/255).
 * ``cnn``: the Nature-DQN torso (Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512)
   for stacked Atari frames ``[4, 84, 84]`` uint8 (envpool) or MinAtar grids ``[10, 10, C]``.
-* ``minatar``: the MinAtar paper's network (Young & Tian 2019: one 16-channel 3x3 stride-1 convolution,
-  a 128-unit dense layer) with policy and value heads, for MinAtar grids.
+* ``minatar``: the MinAtar paper's network (Young & Tian 2019): one 16-channel 3x3 conv, dense 128.
+* ``impala``: IMPALA's 15-layer ResNet torso (Espeholt et al. 2018): 3 stacks of channels 16, 32, 32, dense 256.
 
-:data:`NETWORKS` names the choices of ``--network``; ``auto`` is :func:`default_spec`'s choice for the
-observations (``mlp`` for vectors, ``cnn`` for images).
+``--network auto`` (:func:`default_spec` with ``network="auto"``; :data:`NETWORKS` names the choices) picks ``mlp`` for vector observations and
+``cnn`` for images.
 
 A :class:`NetworkSpec` names a network by family and widths, so that compressors can build smaller
 students (:func:`student_spec`) without special network classes.
@@ -26,7 +25,7 @@ Two optional extensions, both off by default so discrete networks are unchanged:
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import distrax
 import flax.linen as nn
@@ -42,11 +41,19 @@ from accerl_jax.types import ApplyFn
 STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125}
 # Smallest image side the CNN accepts: three unpadded 3x3 stride-1 convolutions leave 1 pixel of 7.
 MIN_CNN_SIDE = 7
-# Smallest image side the MinAtar network accepts: one unpadded 3x3 convolution leaves 1 pixel of 3.
+# Smallest image side the MinAtar network accepts: its one unpadded 3x3 convolution leaves 1 pixel of 3.
 MIN_MINATAR_SIDE = 3
-# Each family's default widths: MLP hidden sizes; the CNN's three conv channel counts then its dense size;
-# the MinAtar network's conv channel count then its dense size.
-DEFAULT_WIDTHS = {"mlp": (64, 64), "cnn": (32, 64, 64, 512), "minatar": (16, 128)}
+# The network families :func:`build` makes (``--network``), and each one's default widths for images
+# (``mlp``'s are also those of vector observations).
+FAMILIES = ("mlp", "cnn", "minatar", "impala")
+DEFAULT_WIDTHS = {"mlp": (64, 64), "cnn": (32, 64, 64, 512), "minatar": (16, 128), "impala": (16, 32, 32, 256)}
+# What ``widths`` mean per family, in words (error messages and --help).
+WIDTHS_MEANING = {
+    "mlp": "one or more hidden sizes",
+    "cnn": "4 numbers, three conv channel counts then the dense size",
+    "minatar": "2 numbers, the conv channel count then the dense size",
+    "impala": "2 or more numbers, each residual stack's channel count then the dense size",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,12 +61,13 @@ class NetworkSpec:
     """What network to build.
 
     Attributes:
-      family: ``"mlp"``, ``"cnn"`` or ``"minatar"``.
+      family: one of :data:`FAMILIES`: ``"mlp"``, ``"cnn"``, ``"minatar"`` or ``"impala"``.
       widths: MLP hidden sizes; for ``cnn`` the three conv channel counts then the dense size; for
-        ``minatar`` the conv channel count then the dense size.
+        ``minatar`` the conv channel count then the dense size; for ``impala`` each residual stack's
+        channel count then the dense size (:data:`WIDTHS_MEANING`).
       num_actions: number of discrete actions ``A``.
       obs_shape: shape of one observation (without batch dims).
-      channels_first: ``cnn`` only; True for envpool's ``[C, H, W]`` frames.
+      channels_first: image observations only; True for envpool's ``[C, H, W]`` frames.
       action_dim: ``D`` > 0 for a continuous action vector (diagonal Gaussian policy, ``mlp`` only);
         0 for discrete actions.
       q_head: add a Q head ``[..., A]`` (discrete only), for the Retrace actor-critic.
@@ -74,22 +82,33 @@ class NetworkSpec:
     q_head: bool = False
 
 
-def _scaled(obs) -> jax.Array:
-    """``obs`` as float32, uint8 pixels scaled by 1/255."""
-    return obs.astype(jnp.float32) * (1.0 / 255.0) if obs.dtype == jnp.uint8 else obs.astype(jnp.float32)
+def _scaled(obs):
+    """``obs`` as float32: uint8 pixels scaled by 1/255, other dtypes cast."""
+    scale = 1.0 / 255.0 if obs.dtype == jnp.uint8 else 1.0
+    return obs.astype(jnp.float32) * scale
+
+
+def _images(obs, channels_first: bool):
+    """Image observations ``[..., *obs_shape]`` -> ``(float32 NHWC [N, H, W, C], batch_shape)``."""
+    x = _scaled(obs)
+    batch_shape = x.shape[:-3]
+    x = x.reshape((-1,) + x.shape[-3:])
+    if channels_first:
+        x = jnp.transpose(x, (0, 2, 3, 1))
+    return x, batch_shape
 
 
 def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
     """The separate policy and value ReLU torsos (``dense_i`` / ``value_dense_i``) of the MLP networks.
 
-    ``obs [..., *obs_shape]`` with ``obs_rank = len(obs_shape)``; an image (rank > 1) is flattened and
-    uint8 pixels scaled by 1/255. Called inside a module's ``nn.compact`` method, so the layers belong to
-    that module.
+    ``obs_rank`` > 1 (image observations): the last ``obs_rank`` axes are flattened into one, uint8
+    scaled by 1/255. Called inside a module's ``nn.compact`` method, so the layers belong to that module.
     """
-    if obs_rank == 1:
-        x = obs.astype(jnp.float32)
+    if obs_rank > 1:
+        x = _scaled(obs)
+        x = x.reshape(x.shape[: x.ndim - obs_rank] + (-1,))
     else:
-        x = _scaled(obs).reshape(obs.shape[:-obs_rank] + (-1,))
+        x = obs.astype(jnp.float32)
     init = nn.initializers.orthogonal(np.sqrt(2))
     pi, v = x, x
     for i, w in enumerate(widths):
@@ -99,7 +118,8 @@ def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
 
 
 class MLPActorCritic(nn.Module):
-    """MLP policy and value. ``obs [..., D]`` -> ``(logits [..., A], value [...])``.
+    """MLP policy and value. ``obs [..., D]`` (or ``[..., *obs_shape]`` with ``obs_rank`` > 1, flattened)
+    -> ``(logits [..., A], value [...])``.
 
     The policy and the value have separate torsos of the same widths (as cleanrl's and purejaxrl's
     classic-control agents): the value regression, whose targets reach ~100 on CartPole, then does not
@@ -111,7 +131,7 @@ class MLPActorCritic(nn.Module):
     num_actions: int
     q_head: bool = False  # a Q head on the value torso (Retrace actor-critic)
     return_q: bool = False  # also return Q: (logits, value, q)
-    obs_rank: int = 1  # rank of one observation; > 1: an image, flattened
+    obs_rank: int = 1  # axes of one observation; > 1: flattened (image observations)
 
     @nn.compact
     def __call__(self, obs):
@@ -135,24 +155,26 @@ class CNNActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        scale = 1.0 / 255.0 if obs.dtype == jnp.uint8 else 1.0
-        x = obs.astype(jnp.float32) * scale
-        batch_shape = x.shape[:-3]
-        x = x.reshape((-1,) + x.shape[-3:])
-        if self.channels_first:
-            x = jnp.transpose(x, (0, 2, 3, 1))
+        x, batch_shape = _images(obs, self.channels_first)
         c1, c2, c3, d = self.widths
         small = min(x.shape[1], x.shape[2]) < 36  # MinAtar-sized grids: no large strides
         convs = ((c1, 3, 1), (c2, 3, 1), (c3, 3, 1)) if small else ((c1, 8, 4), (c2, 4, 2), (c3, 3, 1))
         init = nn.initializers.orthogonal(np.sqrt(2))
         for i, (ch, k, s) in enumerate(convs):
             x = nn.relu(nn.Conv(ch, (k, k), (s, s), padding="VALID", kernel_init=init, name=f"conv_{i}")(x))
-        x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(d, kernel_init=init, name="dense_0")(x))
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
-        logits, value = logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
-        return _with_q(self, logits, value, x, batch_shape)
+        return _dense_and_heads(self, x, d, batch_shape)
+
+
+def _dense_and_heads(module: nn.Module, x, dense: int, batch_shape):
+    """Flatten the feature map ``x [N, ...]``, one ReLU dense layer (``dense_0``) of ``dense`` units, then the
+    policy/value (and Q) heads reshaped to ``batch_shape``: the shared end of the conv networks."""
+    init = nn.initializers.orthogonal(np.sqrt(2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(dense, kernel_init=init, name="dense_0")(x))
+    logits = nn.Dense(module.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
+    value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
+    logits, value = logits.reshape(batch_shape + (module.num_actions,)), value.reshape(batch_shape)
+    return _with_q(module, logits, value, x, batch_shape)
 
 
 def _patches(x: jax.Array, k: int) -> jax.Array:
@@ -164,40 +186,74 @@ def _patches(x: jax.Array, k: int) -> jax.Array:
 
 
 class MinAtarActorCritic(nn.Module):
-    """The MinAtar paper's network with policy and value heads. ``obs [..., H, W, C]`` ->
-    ``(logits [..., A], value [...])``.
+    """The MinAtar paper's network (Young & Tian 2019, arXiv 1903.03176, section 5 and its reference code
+    examples/AC_lambda.py): one 16-channel 3x3 stride-1 conv + ReLU, flatten, a 128-unit dense + ReLU, then
+    the policy and value heads. ``obs [..., H, W, C]`` (``[..., C, H, W]`` with ``channels_first``)
+    uint8/float -> ``(logits [..., A], value [...])``; ``widths = (conv channels, dense units)``.
 
-    Young & Tian 2019 ("MinAtar", their DQN and actor-critic agents): one 3x3 stride-1 unpadded
-    convolution with ``widths[0]`` (16) channels, ReLU, flatten, a ``widths[1]`` (128) unit dense layer,
-    ReLU; here both heads read that layer. The convolution is computed as one matmul over the image's
-    3x3 patches (``conv_0`` is a dense layer of ``9 C -> widths[0]``, the same function as ``nn.Conv``
-    with that kernel reshaped): on XLA:CPU a conv's gradient is far slower than a matmul's, and the
-    learner's gradient steps then compile and run like an MLP's (no unrolled loop, as the ``cnn`` family
-    needs there: :func:`accerl_jax.platform.xla.gradient_loop_unroll`).
+    The convolution is VALID (unpadded), as the reference code's ``nn.Conv2d(in_channels, 16,
+    kernel_size=3, stride=1)`` (PyTorch's default padding 0; its linear layer reads 8 x 8 x 16 units of a
+    10 x 10 grid); images need at least :data:`MIN_MINATAR_SIDE` pixels a side.
+
+    It is computed as an im2col matmul (``_patches``, then a Dense layer ``conv_0`` with kernel
+    ``[9C, channels]``) rather than ``flax.linen.Conv``; the function is the convolution's
+    (tests/test_networks.py). Measured on XLA:CPU (2 cores shared with other jobs, jax 0.10.2; 32 Adam
+    steps in one ``lax.scan`` on a batch of 1024 = 64 x 128 / 8 grids 10x10x4, widths 16, 128; compile /
+    run seconds): im2col in a rolled loop (``unroll=1``) 1.9 / 0.51; ``nn.Conv`` rolled 1.3 / 4.3 (XLA:CPU's
+    slow conv gradients in loops, docs/DESIGN.md "Known XLA:CPU pitfall"); ``nn.Conv`` unrolled (what conv
+    families get, :func:`accerl_jax.platform.xla.gradient_loop_unroll`) 32 / 0.58; im2col unrolled 29 / 0.41.
+    So this family is no conv family for :mod:`accerl_jax.platform.xla`: its gradient loops stay rolled, and
+    it compiles as fast as an MLP and runs 8x faster than the rolled conv.
     """
 
     widths: Sequence[int]
     num_actions: int
     channels_first: bool = False
-    q_head: bool = False
-    return_q: bool = False
+    q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
+    return_q: bool = False  # also return Q: (logits, value, q)
 
     @nn.compact
     def __call__(self, obs):
-        x = _scaled(obs)
-        batch_shape = x.shape[:-3]
-        x = x.reshape((-1,) + x.shape[-3:])
-        if self.channels_first:
-            x = jnp.transpose(x, (0, 2, 3, 1))
+        x, batch_shape = _images(obs, self.channels_first)
         channels, dense = self.widths
         init = nn.initializers.orthogonal(np.sqrt(2))
         x = nn.relu(nn.Dense(channels, kernel_init=init, name="conv_0")(_patches(x, 3)))
-        x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(dense, kernel_init=init, name="dense_0")(x))
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(x)
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(x)
-        logits, value = logits.reshape(batch_shape + (self.num_actions,)), value.reshape(batch_shape)
-        return _with_q(self, logits, value, x, batch_shape)
+        return _dense_and_heads(self, x, dense, batch_shape)
+
+
+# Residual blocks per stack of the IMPALA ResNet (Espeholt et al. 2018, figure 3).
+IMPALA_BLOCKS = 2
+
+
+class ImpalaActorCritic(nn.Module):
+    """IMPALA's ResNet torso (Espeholt et al. 2018, arXiv 1802.01561, figure 3 "large" network, as cleanba's
+    and CleanRL's ``ppo_atari_envpool_impala``) + heads. ``obs [..., H, W, C]`` (``[..., C, H, W]`` with
+    ``channels_first``) uint8/float -> ``(logits [..., A], value [...])``.
+
+    ``widths = (c_1, ..., c_k, dense)``: ``k`` stacks (3 in the paper: 16, 32, 32), each a 3x3 SAME conv
+    ``stack_s_conv`` of ``c_s`` channels, a 3x3 stride-2 SAME max pool, then :data:`IMPALA_BLOCKS` residual
+    blocks ``x + conv(relu(conv(relu(x))))`` (``stack_s_res_b_conv_0``, ``stack_s_res_b_conv_1``, ``c_s``
+    channels each); then ReLU, flatten, a ``dense``-unit dense + ReLU (256 in the paper), the heads. Convs
+    use flax's default initialiser (as cleanba), the dense layer and heads the orthogonal ones of the other
+    networks. Any image side works (each stack halves it, rounding up).
+    """
+
+    widths: Sequence[int]
+    num_actions: int
+    channels_first: bool = False
+    q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
+    return_q: bool = False  # also return Q: (logits, value, q)
+
+    @nn.compact
+    def __call__(self, obs):
+        x, batch_shape = _images(obs, self.channels_first)
+        for s, channels in enumerate(self.widths[:-1]):
+            x = nn.Conv(channels, (3, 3), padding="SAME", name=f"stack_{s}_conv")(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for b in range(IMPALA_BLOCKS):
+                y = nn.Conv(channels, (3, 3), padding="SAME", name=f"stack_{s}_res_{b}_conv_0")(nn.relu(x))
+                x = x + nn.Conv(channels, (3, 3), padding="SAME", name=f"stack_{s}_res_{b}_conv_1")(nn.relu(y))
+        return _dense_and_heads(self, nn.relu(x), self.widths[-1], batch_shape)
 
 
 def _with_q(module: nn.Module, logits, value, torso, batch_shape=None):
@@ -249,6 +305,22 @@ def policy_distribution(policy_out: jax.Array, continuous: bool) -> distrax.Dist
     return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
 
 
+def check_widths(family: str, widths: Sequence[int]) -> None:
+    """Refuse ``widths`` that do not fit ``family`` (their count: :data:`WIDTHS_MEANING`; each >= 1).
+
+    Raises:
+      ValueError: naming the family and what its widths are.
+    """
+    n = len(widths)
+    ok = {"mlp": n >= 1, "cnn": n == 4, "minatar": n == 2, "impala": n >= 2}.get(family)
+    if ok is None:
+        raise ValueError(f"unknown network family {family!r}; expected one of {', '.join(FAMILIES)}")
+    if not ok or min(widths, default=0) < 1:
+        raise ValueError(f"widths {' '.join(map(str, widths))} do not fit the {family} network: expected "
+                         f"{WIDTHS_MEANING[family]} (positive integers), e.g. "
+                         f"{' '.join(map(str, DEFAULT_WIDTHS[family]))}")
+
+
 def default_spec(
     obs_shape: tuple[int, ...], num_actions: int, channels_first: bool = False, *, action_dim: int = 0,
     q_head: bool = False, network: str = "auto",
@@ -258,14 +330,15 @@ def default_spec(
 
     ``network`` (``--network``): ``"auto"`` is MLP(64, 64) for vectors (separate policy and value trunks,
     as PureJaxRL's and CleanRL's PPO) and the Nature CNN for images; ``"mlp"`` on images flattens them;
-    ``"cnn"`` and ``"minatar"`` take images only. ``action_dim`` > 0 asks for a Gaussian policy over
-    ``action_dim`` continuous actions (vector observations only); ``q_head`` for a Q head (discrete only).
+    ``"cnn"``, ``"minatar"`` and ``"impala"`` take images only. ``action_dim`` > 0 asks for a Gaussian
+    policy over ``action_dim`` continuous actions (vector observations only); ``q_head`` for a Q head
+    (discrete only).
 
     Raises:
       ValueError: ``network`` not in :data:`NETWORKS`; an observation rank other than 1 or 3; a conv
         family on vector observations; images smaller than the family's convolutions need
-        (:data:`MIN_CNN_SIDE`, :data:`MIN_MINATAR_SIDE`); continuous actions with image observations;
-        a Q head with continuous actions.
+        (:data:`MIN_CNN_SIDE`, :data:`MIN_MINATAR_SIDE`; IMPALA's padded ones take any size); continuous
+        actions with image observations; a Q head with continuous actions.
     """
     if network not in NETWORKS:
         raise ValueError(f"unknown network {network!r}; expected one of {', '.join(NETWORKS)}")
@@ -294,7 +367,8 @@ def default_spec(
 
 
 def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
-    """The distillation student of ``spec``: every width scaled by ``STUDENT_PRESETS[preset]``.
+    """The distillation student of ``spec``: every width scaled by ``STUDENT_PRESETS[preset]`` (at least 4),
+    same family (a ResNet's student is a narrower ResNet of as many stacks).
 
     Raises:
       ValueError: if ``preset`` is not a key of :data:`STUDENT_PRESETS`.
@@ -318,35 +392,58 @@ def with_widths(spec: NetworkSpec, widths: Sequence[int]) -> NetworkSpec:
     return dataclasses.replace(spec, widths=widths)
 
 
-def hidden_layers(spec: NetworkSpec) -> list[list[tuple[str, tuple[str, ...]]]]:
-    """The module names of ``build(spec)``'s hidden layers, one list per torso, in order.
+class HiddenLayer(NamedTuple):
+    """One set of hidden units of a network (:func:`hidden_layers`): ``spec.widths[width]`` units written by
+    every module of ``producers`` (their kernels' and biases' last axis; several where a residual stream
+    adds their outputs, so they share one unit set) and read by every module of ``consumers`` (their
+    kernels' input axis: a conv's ``C_in``, a dense layer's input rows)."""
 
-    Each entry is ``(layer, consumers)``: ``widths[i]`` is the output size of torso entry ``i``, and
-    ``consumers`` are the modules whose kernels read that output (the next layer, or the heads).
-    Structured pruning (``accerl_jax.compressor.prune``) removes output units of ``layer`` and the
-    matching input rows of every consumer.
+    width: int
+    producers: tuple[str, ...]
+    consumers: tuple[str, ...]
+
+
+def hidden_layers(spec: NetworkSpec) -> list[HiddenLayer]:
+    """Every hidden unit set of ``build(spec)``: :class:`HiddenLayer` s naming the modules (top-level param
+    names) that write and read them, in order.
+
+    Structured pruning (``accerl_jax.compressor.prune``) keeps ``spec.widths[width]`` units of each: the same
+    units of every producer's output and every consumer's input. MLP: one set per layer of each torso. CNN
+    and MinAtar: one per conv and the dense layer. IMPALA: per stack, the residual stream (written by the
+    stack's conv and every block's second conv) and each block's inner conv, then the dense layer.
+
+    Raises:
+      ValueError: for an unknown family.
     """
     n = len(spec.widths)
-    q = ("q_head",) if spec.q_head else ()  # the Q head reads the value torso (mlp) or the shared one (cnn)
+    q = ("q_head",) if spec.q_head else ()  # the Q head reads the value torso (mlp) or the shared one (others)
+    heads = ("policy_head", "value_head") + q
     if spec.family == "mlp":
-        return [
-            [(f"dense_{i}", (f"dense_{i + 1}",) if i + 1 < n else ("policy_head",)) for i in range(n)],
-            [(f"value_dense_{i}", (f"value_dense_{i + 1}",) if i + 1 < n else ("value_head",) + q)
-             for i in range(n)],
-        ]
-    if spec.family == "cnn":
-        return [[("conv_0", ("conv_1",)), ("conv_1", ("conv_2",)), ("conv_2", ("dense_0",)),
-                 ("dense_0", ("policy_head", "value_head") + q)]]
-    if spec.family == "minatar":
-        return [[("conv_0", ("dense_0",)), ("dense_0", ("policy_head", "value_head") + q)]]
-    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp', 'cnn' or 'minatar'")
+        return ([HiddenLayer(i, (f"dense_{i}",), (f"dense_{i + 1}",) if i + 1 < n else ("policy_head",))
+                 for i in range(n)]
+                + [HiddenLayer(i, (f"value_dense_{i}",),
+                               (f"value_dense_{i + 1}",) if i + 1 < n else ("value_head",) + q) for i in range(n)])
+    if spec.family in ("cnn", "minatar"):
+        return [HiddenLayer(i, (f"conv_{i}",), (f"conv_{i + 1}",) if i + 2 < n else ("dense_0",))
+                for i in range(n - 1)] + [HiddenLayer(n - 1, ("dense_0",), heads)]
+    if spec.family == "impala":
+        layers = []
+        for s in range(n - 1):
+            blocks = [f"stack_{s}_res_{b}" for b in range(IMPALA_BLOCKS)]
+            stream_readers = tuple(f"{b}_conv_0" for b in blocks) + (
+                (f"stack_{s + 1}_conv",) if s + 2 < n else ("dense_0",))
+            layers.append(HiddenLayer(s, (f"stack_{s}_conv",) + tuple(f"{b}_conv_1" for b in blocks),
+                                      stream_readers))
+            layers += [HiddenLayer(s, (f"{b}_conv_0",), (f"{b}_conv_1",)) for b in blocks]
+        return layers + [HiddenLayer(n - 1, ("dense_0",), heads)]
+    raise ValueError(f"unknown network family {spec.family!r}; expected one of {', '.join(FAMILIES)}")
 
 
 def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
     """The flax module for ``spec`` (``return_q``: also return the Q head's output, see :func:`make_apply_with_q`).
 
     Raises:
-      ValueError: for an unknown family, or a continuous ``cnn``.
+      ValueError: for an unknown family, or continuous actions with another family than ``mlp``.
     """
     if spec.action_dim:
         if spec.family != "mlp":
@@ -354,11 +451,10 @@ def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
         return MLPGaussianActorCritic(spec.widths, spec.action_dim)
     if spec.family == "mlp":
         return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q, len(spec.obs_shape))
-    if spec.family == "cnn":
-        return CNNActorCritic(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
-    if spec.family == "minatar":
-        return MinAtarActorCritic(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
-    raise ValueError(f"unknown network family {spec.family!r}; expected 'mlp', 'cnn' or 'minatar'")
+    conv = {"cnn": CNNActorCritic, "minatar": MinAtarActorCritic, "impala": ImpalaActorCritic}.get(spec.family)
+    if conv is None:
+        raise ValueError(f"unknown network family {spec.family!r}; expected one of {', '.join(FAMILIES)}")
+    return conv(spec.widths, spec.num_actions, spec.channels_first, spec.q_head, return_q)
 
 
 def init_params(spec: NetworkSpec, key: jax.Array):

@@ -82,10 +82,10 @@ def test_hidden_sizes_help_says_what_its_empty_default_means(help_text):
     text = entry(help_text, "--hidden-sizes")
     assert "(default: )" not in help_text and "(default: ()" not in help_text
     widths = {net: " ".join(map(str, default_spec((84, 84, 4), 6, network=net).widths))
-              for net in ("mlp", "cnn", "minatar")}
+              for net in ("mlp", "cnn", "minatar", "impala")}
     assert default_spec((4,), 2).widths == default_spec((84, 84, 4), 6, network="mlp").widths
     assert (f"(default: unset: the --network family's own: {widths['mlp']} (mlp), {widths['cnn']} (cnn), "
-            f"{widths['minatar']} (minatar))") in text, text
+            f"{widths['minatar']} (minatar), {widths['impala']} (impala))") in text, text
 
 
 def test_optional_flags_show_a_clean_metavar_and_what_unset_means(help_text):

@@ -114,6 +114,14 @@ def _net(kind):
             spec, jax.random.PRNGKey(1),
             lambda k: jax.random.bernoulli(k, 0.3, (4, 10, 10, 4)).astype(jnp.float32), sharpen=100.0,
         )
+    if kind in ("minatar_net", "impala"):  # --network minatar / impala on a MinAtar grid
+        spec = networks.default_spec((10, 10, 4), 6, network=kind.removesuffix("_net"))
+        if kind == "impala":  # narrower stacks: the same layers, compiled faster
+            spec = networks.with_widths(spec, (8, 8, 8, 64))
+        return Net(
+            spec, jax.random.PRNGKey(1),
+            lambda k: jax.random.bernoulli(k, 0.3, (4, 10, 10, 4)).astype(jnp.float32), sharpen=100.0,
+        )
     if kind == "atari":
         spec = networks.default_spec((4, 84, 84), 6, channels_first=True)
         return Net(
@@ -256,8 +264,11 @@ GRID_FAMILIES = {
     "mlp_q": networks.NetworkSpec("mlp", (8, 8), 3, (4,), q_head=True),
     "mlp_gaussian": networks.NetworkSpec("mlp", (8, 8), 3, (3,), action_dim=2),
     "cnn_q": networks.NetworkSpec("cnn", (4, 4, 4, 8), 3, (7, 7, 2), q_head=True),
-    "minatar_q": networks.NetworkSpec("minatar", (4, 8), 3, (5, 5, 2), q_head=True),  # --network minatar
-    "mlp_image": networks.NetworkSpec("mlp", (8, 8), 3, (5, 5, 2)),  # --network mlp on images (flattened)
+    # --network mlp on images (flattened), the MinAtar net, the IMPALA ResNet (residual streams: pruning keeps
+    # one channel set per stream across its writers), channels-first like envpool's frames.
+    "mlp_image": networks.NetworkSpec("mlp", (8, 8), 3, (5, 5, 2)),
+    "minatar_q": networks.NetworkSpec("minatar", (8, 8), 3, (5, 5, 2), q_head=True),
+    "impala_q": networks.NetworkSpec("impala", (8, 8, 8), 3, (2, 6, 6), channels_first=True, q_head=True),
 }
 GRID_SPECS = ["none", "mask:0.5,global", "prune:0.5", "prune:0.5+distill", "fakequant:8", "int8:all", "bf16",
               "distill:small", "distill:small+int8", "prune:0.5+int8"]
@@ -272,10 +283,10 @@ def _grid_net(family):
 def _zero_first_unit(params, spec):
     """Zero the first output unit (kernel column / conv channel and bias) of every hidden layer."""
     p = {k: dict(v) if isinstance(v, dict) else v for k, v in params["params"].items()}
-    for torso in networks.hidden_layers(spec):
-        for layer, _ in torso:
-            p[layer]["kernel"] = p[layer]["kernel"].at[..., 0].set(0.0)
-            p[layer]["bias"] = p[layer]["bias"].at[0].set(0.0)
+    for layer in networks.hidden_layers(spec):
+        for m in layer.producers:
+            p[m]["kernel"] = p[m]["kernel"].at[..., 0].set(0.0)
+            p[m]["bias"] = p[m]["bias"].at[0].set(0.0)
     return {"params": p}
 
 
@@ -320,7 +331,7 @@ def test_conformance_grid(spec, family):
         np.testing.assert_array_equal(out, 0.0)
 
 
-@pytest.mark.parametrize("family", ["mlp_q", "mlp_gaussian", "cnn_q"])
+@pytest.mark.parametrize("family", ["mlp_q", "mlp_gaussian", "cnn_q", "minatar_q", "impala_q"])
 def test_prune_of_one_unit_layers_keeps_one_unit(family, fraction=0.75):
     """A fraction that rounds a layer to zero units keeps one (``max(1, ...)``), and the network runs."""
     from accerl_jax.compressor import pruned_widths
@@ -724,7 +735,7 @@ def test_masks_stay_zero_through_optimizer(opt_name):
 # ----------------------------------------------------------------------------------------------- prune
 
 
-@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari"])
+@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari", "minatar_net", "impala"])
 def test_prune_zero_is_identity(kind):
     net = _net(kind)
     c = make_compressor("prune:0", net.spec, net.apply)
@@ -739,17 +750,17 @@ def test_prune_zero_is_identity(kind):
 def _zero_units(params, spec, fraction, key):
     """Zero the incoming weights and bias of a ``fraction`` of the units of every hidden layer."""
     p = {k: dict(v) for k, v in params["params"].items()}
-    for torso in networks.hidden_layers(spec):
-        for layer, _ in torso:
-            n = p[layer]["kernel"].shape[-1]
-            key, sub = jax.random.split(key)
-            dead = jax.random.permutation(sub, n)[: int(round(fraction * n))]
-            p[layer]["kernel"] = p[layer]["kernel"].at[..., dead].set(0.0)
-            p[layer]["bias"] = p[layer]["bias"].at[dead].set(0.0)
+    for layer in networks.hidden_layers(spec):
+        n = p[layer.producers[0]]["kernel"].shape[-1]
+        key, sub = jax.random.split(key)
+        dead = jax.random.permutation(sub, n)[: int(round(fraction * n))]
+        for m in layer.producers:  # every writer of a residual stream: the unit is dead in the stream
+            p[m]["kernel"] = p[m]["kernel"].at[..., dead].set(0.0)
+            p[m]["bias"] = p[m]["bias"].at[dead].set(0.0)
     return {"params": p}
 
 
-@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari"])
+@pytest.mark.parametrize("kind", ["mlp", "minatar", "atari", "minatar_net", "impala"])
 def test_prune_removes_zero_units_without_changing_the_function(kind):
     net = _net(kind)
     params = _zero_units(net.params, net.spec, 0.5, jax.random.PRNGKey(7))

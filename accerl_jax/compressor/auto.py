@@ -108,7 +108,7 @@ class AutoCompressor:
       candidates: ``(spec, Compressor)`` pairs, built by :func:`accerl_jax.compressor.make_compressor`;
         the first runs until the first evaluation.
       teacher_apply: the learner network's apply function.
-      family: network family (``"mlp"``/``"cnn"``), for the compiler options of the jitted functions.
+      family: network family (``"mlp"``, ``"cnn"``, ...), for the compiler options of the jitted functions.
       divergence: ``(learner_out [N, A], actor_out [N, A]) -> {"kl_learner_actor", "action_agreement"}``.
       forward_timer: ``apply -> timer(params, obs_seq [K, B, ...]) -> seconds per forward``.
       max_kl: the bound on KL(π_learner ‖ π_actor), nats (> 0).

@@ -152,8 +152,9 @@ def distill(
 
     teacher = xla.jit(teacher_apply, student.family)
     # Gradient steps of a conv net inside one XLA:CPU loop run many times slower than separate calls
-    # (docs/DESIGN.md, "Known XLA:CPU pitfall"); MLP students are fused into one call, CNN students are not.
-    fuse = student.family == "mlp"
+    # (docs/DESIGN.md, "Known XLA:CPU pitfall"); other students (MLP, MinAtar's im2col net) are fused into
+    # one call, conv students (xla.is_conv: CNN, IMPALA) are not.
+    fuse = not xla.is_conv(student.family)
 
     @functools.partial(xla.one_shot_jit, family=student.family)  # runs once
     def _init(key, params):

@@ -2,7 +2,9 @@
 
 For every hidden layer (dense neurons and conv output channels, :func:`accerl_jax.networks.hidden_layers`)
 the ``fraction`` of output units with the lowest importance is removed, together with the matching input
-rows of the layers that read them (the next layer or the heads). Importance is the L1 norm of a unit's
+rows of the layers that read them (the next layer or the heads). Where several layers write one unit set
+(the IMPALA ResNet's residual streams: the stack's conv and every block's second conv) their importances
+add up and the same units are kept in each. Importance is the L1 norm of a unit's
 incoming kernel weights plus ``|bias|`` (Li et al. 2017, "Pruning Filters for Efficient ConvNets",
 https://arxiv.org/abs/1608.08710; AcceRL arXiv 2211.15023 section 3 removes feature maps and neurons
 the same way). The bias is counted so that a unit whose weights *and* bias are zero -- and only such a
@@ -56,23 +58,25 @@ def prune_params(params, spec: networks.NetworkSpec, fraction: float):
 
     The pruned params fit ``build(networks.with_widths(spec, pruned_widths(spec, fraction)))``. Every network
     family :func:`accerl_jax.networks.build` makes is accepted: MLP categorical, MLP Gaussian (its ``log_std``
-    ``[D]`` is kept as is), CNN, each with or without the Q head.
+    ``[D]`` is kept as is), CNN, MinAtar, IMPALA ResNet, each with or without the Q head. ``kept`` maps every
+    producer module of :func:`accerl_jax.networks.hidden_layers` to its kept output units.
     """
     widths = pruned_widths(spec, fraction)
     # Copies, so the learner's params are not written; top-level arrays that are not layers (the Gaussian
     # policy's state-independent ``log_std``) are passed through unchanged.
     p = {k: dict(v) if isinstance(v, Mapping) else v for k, v in params["params"].items()}
     kept = {}
-    for torso in networks.hidden_layers(spec):
-        for (layer, consumers), k in zip(torso, widths):
-            kernel, bias = p[layer]["kernel"], p[layer]["bias"]
-            n = kernel.shape[-1]
-            idx = jnp.sort(jax.lax.top_k(unit_importance(kernel, bias), k)[1]).astype(jnp.int32)
-            kept[layer] = idx
-            p[layer]["kernel"] = jnp.take(kernel, idx, axis=-1)
-            p[layer]["bias"] = jnp.take(bias, idx, axis=0)
-            for c in consumers:
-                p[c]["kernel"] = _take_inputs(p[c]["kernel"], idx, n)
+    for layer in networks.hidden_layers(spec):
+        # One unit set for all producers (a residual stream's writers): their importances add up.
+        n = p[layer.producers[0]]["kernel"].shape[-1]
+        importance = sum(unit_importance(p[m]["kernel"], p[m]["bias"]) for m in layer.producers)
+        idx = jnp.sort(jax.lax.top_k(importance, widths[layer.width])[1]).astype(jnp.int32)
+        for m in layer.producers:
+            kept[m] = idx
+            p[m]["kernel"] = jnp.take(p[m]["kernel"], idx, axis=-1)
+            p[m]["bias"] = jnp.take(p[m]["bias"], idx, axis=0)
+        for c in layer.consumers:
+            p[c]["kernel"] = _take_inputs(p[c]["kernel"], idx, n)
     return {"params": p}, kept
 
 

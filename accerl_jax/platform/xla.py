@@ -14,6 +14,15 @@ import jax
 # An empty list of YNN fusion types: no YNNPACK fusions (the flag's documented overwrite mode).
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
 CPU_CONFIGS = {"default": None, "no_ynn": NO_YNN}
+# Network families (accerl_jax.networks.FAMILIES) whose programs run XLA convolutions: on XLA:CPU they
+# get NO_YNN and unrolled gradient loops. The MinAtar network computes its one conv as a matmul (im2col),
+# so it is not among them: it compiles and runs as an MLP does (accerl_jax.networks.MinAtarActorCritic).
+CONV_FAMILIES = frozenset({"cnn", "impala"})
+
+
+def is_conv(family: str | None) -> bool:
+    """Whether a network ``family``'s programs run XLA convolutions (:data:`CONV_FAMILIES`)."""
+    return family in CONV_FAMILIES
 
 
 # Programs that run once per run (initial parameters and states): on XLA:CPU compiled at LLVM optimisation
@@ -36,20 +45,21 @@ def one_shot_options(family: str | None = None, platform: str | None = None):
 
 
 def options_for(family: str | None, platform: str | None = None):
-    """Compiler options for a network ``family`` (``"mlp"``/``"cnn"``) on ``platform`` (default: JAX's
-    default backend), or None."""
-    return NO_YNN if family == "cnn" and (platform or jax.default_backend()) == "cpu" else None
+    """Compiler options for a network ``family`` (``"mlp"``, ``"cnn"``, ...) on ``platform`` (default: JAX's
+    default backend), or None: :data:`NO_YNN` for a conv family (:func:`is_conv`) on XLA:CPU."""
+    return NO_YNN if is_conv(family) and (platform or jax.default_backend()) == "cpu" else None
 
 
 def gradient_loop_unroll(family: str | None, length: int, platform: str | None = None) -> int:
     """The ``unroll`` for a ``lax.scan`` of ``length`` gradient steps of a ``family`` network on ``platform``
-    (default: JAX's default backend): ``length`` (straight-line code) for a conv net on XLA:CPU, else 1.
+    (default: JAX's default backend): ``length`` (straight-line code) for a conv net (:func:`is_conv`) on
+    XLA:CPU, else 1.
 
     XLA:CPU runs a conv net's gradient steps much slower inside a loop than in straight-line code
     (docs/DESIGN.md, "Known XLA:CPU pitfall", has the measurement for APPO's passes over a rollout);
     unrolled, the update takes longer to compile.
     """
-    return length if family == "cnn" and (platform or jax.default_backend()) == "cpu" else 1
+    return length if is_conv(family) and (platform or jax.default_backend()) == "cpu" else 1
 
 
 def _platform(leaves) -> str:
@@ -69,7 +79,7 @@ def jit(fn, family: str, **kwargs):
     guarded update, the Anakin loop's program), the result runs as a plain nested jit, and the outer
     program's options apply.
     """
-    if family != "cnn":  # options_for gives other families none on any platform
+    if not is_conv(family):  # options_for gives other families none on any platform
         return jax.jit(fn, **kwargs)
     plain, cpu = jax.jit(fn, **kwargs), jax.jit(fn, compiler_options=NO_YNN, **kwargs)
 
@@ -107,6 +117,6 @@ def one_shot_jit(fn, family: str | None = None, **kwargs):
 
 def candidate_configs(family: str) -> dict:
     """Configurations a fair benchmark tries: both on CPU for conv networks, the default otherwise."""
-    if family == "cnn" and jax.default_backend() == "cpu":
+    if is_conv(family) and jax.default_backend() == "cpu":
         return CPU_CONFIGS
     return {"default": None}

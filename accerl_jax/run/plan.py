@@ -29,6 +29,7 @@ from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
+from accerl_jax.platform import xla
 from accerl_jax.run.folder import refuse_taken
 from accerl_jax.seeds import envpool_seed
 
@@ -255,7 +256,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     """The loop ``cfg.loop`` names, ``auto`` resolved, and the refusals of what that loop cannot run.
 
     ``auto``: ``anakin`` for gymnax envs (``sequential`` with ``--distill-async``), ``sebulba`` for envpool
-    (``sequential`` with several processes); a conv net (``family`` ``"cnn"``) on CPU (``backend``
+    (``sequential`` with several processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
+    :func:`accerl_jax.platform.xla.is_conv`) on CPU (``backend``
     ``"cpu"``) with one seed moves from Anakin to the sequential loop: its gradient steps inside one
     XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
     pitfall"). ``family`` None (the network not known yet, :func:`check_config`) skips that rule.
@@ -273,7 +275,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
         elif cfg.distill_async and cfg.num_seeds == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
-        elif cfg.num_seeds == 1 and family == "cnn" and backend == "cpu":
+        elif cfg.num_seeds == 1 and xla.is_conv(family) and backend == "cpu":
             loop = "sequential"
         else:
             loop = "anakin"
@@ -479,30 +481,30 @@ def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update
 
 
 def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
-    """The learner's network for ``env``'s observations and actions: the family ``--network`` names
-    (:func:`accerl_jax.networks.default_spec`; a Q head with ``--corrector retrace``), widths from
-    ``--hidden-sizes`` if given.
+    """The learner's network for ``env``'s observations and actions: ``--network``'s family
+    (:func:`accerl_jax.networks.default_spec`; ``auto``: MLP for vectors, CNN for images; a Q head with
+    ``--corrector retrace``), widths from ``--hidden-sizes`` if given.
 
     Raises:
-      ConfigError: a ``--network`` the observations don't fit, observations no network family takes, or
-        ``--hidden-sizes`` of the wrong length for a conv net.
+      ConfigError: observations no network family takes, a ``--network`` that does not take ``env``'s
+        observations (a conv net on vectors, images too small) or its actions, or ``--hidden-sizes`` of the
+        wrong length for the family (:func:`accerl_jax.networks.check_widths`).
     """
     try:
         spec = networks.default_spec(env.obs_shape, env.num_actions, env.channels_first,
                                      action_dim=env.action_dim, q_head=cfg.corrector == "retrace",
                                      network=cfg.network)
     except ValueError as err:
-        flag = "--env" if cfg.network == "auto" else "--network"
-        value = cfg.env if cfg.network == "auto" else cfg.network
-        raise ConfigError(f"bad {flag} {value!r} for {cfg.env}: {err}" if flag == "--network"
-                          else f"bad --env {value!r}: {err}") from None
+        if cfg.network == "auto":
+            raise ConfigError(f"bad --env {cfg.env!r}: {err}") from None
+        raise ConfigError(f"bad --network {cfg.network!r} for {cfg.env}: {err}") from None
     if cfg.hidden_sizes:
-        meaning = {"cnn": "three conv channel counts then the dense size",
-                   "minatar": "the conv channel count then the dense size"}
-        if spec.family in meaning and len(cfg.hidden_sizes) != len(spec.widths):
+        try:
+            networks.check_widths(spec.family, cfg.hidden_sizes)
+        except ValueError:
             raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))} for {cfg.env} (the "
-                              f"{spec.family} network): expected {len(spec.widths)} numbers, "
-                              f"{meaning[spec.family]}, e.g. {' '.join(map(str, spec.widths))}")
+                              f"{spec.family} network): expected {networks.WIDTHS_MEANING[spec.family]}, e.g. "
+                              f"{' '.join(map(str, spec.widths))}") from None
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
     return spec
 

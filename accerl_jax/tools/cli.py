@@ -113,7 +113,7 @@ UNSET = {
 }
 # What an empty --hidden-sizes (its default) means: networks.default_spec's widths for the observations.
 HIDDEN_SIZES_UNSET = ("unset: the --network family's own: 64 64 (mlp), 32 64 64 512 (cnn), 16 128 "
-                      "(minatar)")
+                      "(minatar), 16 32 32 256 (impala)")
 # Flags accepted but not listed by --help, and the flag they stand for (the field's own name, lambda_).
 HIDDEN_ALIASES = {"--lambda_": "--lambda"}
 
