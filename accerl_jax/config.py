@@ -14,6 +14,7 @@ import tyro
 ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 # --agent values (Config.agent).
 AGENTS = ("actor-critic", "search")
+SEARCH_TARGETS = ("search", "learner")  # --search-target (accerl_jax.search.targets)
 
 
 class ConfigError(ValueError):
@@ -119,6 +120,11 @@ class Config:
     narrowed by sequential halving."""
     gumbel_scale: float = 1.0
     """--agent search: scale of the Gumbel noise at the root (0: a deterministic search)."""
+    search_target: str = "search"
+    """--agent search: the policy target, 'search' (the actors' search's action weights, whose prior and
+    root value are the compressed network's) or 'learner' (the same Gumbel MuZero improved policy
+    recomputed at learner time from the search's root Q-values and visit counts with the learner's own
+    prior and value)."""
     n_step: int = 10
     """--agent search: horizon of the value targets, n-step returns bootstrapped from the learner's value
     (cut at a termination, bootstrapped at a truncation and at the rollout's end)."""
@@ -328,6 +334,7 @@ def validate(cfg: Config) -> None:
         ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),
         ("gumbel_scale", cfg.gumbel_scale >= 0, "a number >= 0"),
         ("n_step", 0 < cfg.n_step <= 65536, "an integer in [1, 65536]"),
+        ("search_target", cfg.search_target in SEARCH_TARGETS, "'search' or 'learner'"),
     ]
     if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):
         raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))}; expected widths in [1, 65536]")

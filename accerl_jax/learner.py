@@ -118,6 +118,8 @@ class LossConfig:
       value_coef: c_v.
       entropy_coef: c_H.
       n_step: ``"search"``: horizon of the n-step value targets (:mod:`accerl_jax.search.targets`).
+      search_target: ``"search"``: the policy target, ``"search"`` (the search's action weights) or
+        ``"learner"`` (recomputed with the learner's prior and value, :mod:`accerl_jax.search.targets`).
     """
 
     corrector: str = "vtrace"
@@ -132,6 +134,7 @@ class LossConfig:
     epochs: int = 1
     minibatches: int = 1
     n_step: int = 10
+    search_target: str = "search"
 
     def __post_init__(self):
         conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)
