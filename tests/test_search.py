@@ -209,7 +209,8 @@ def test_improved_policy_equals_mctx_action_weights(sims, considered, invalid):
     tree = tree.replace(children_prior_logits=tree.children_prior_logits.at[:, tree.ROOT_INDEX].set(masked),
                         raw_values=tree.raw_values.at[:, tree.ROOT_INDEX].set(other_value))
     sigma = jax.vmap(mctx.qtransform_completed_by_mix_value, in_axes=(0, None))(tree, tree.ROOT_INDEX)
-    expected = jax.nn.softmax(jnp.where(mask, jnp.finfo(jnp.float32).min, masked + sigma) if invalid else masked + sigma)
+    search_logits = masked + sigma
+    expected = jax.nn.softmax(jnp.where(mask, jnp.finfo(jnp.float32).min, search_logits) if invalid else search_logits)
     got = improved_policy(other_logits, other_value, summary.qvalues, summary.visit_counts, mask)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-6)
     assert np.abs(np.asarray(got) - np.asarray(out.action_weights)).max() > 0.05  # the prior matters

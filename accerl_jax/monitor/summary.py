@@ -146,8 +146,8 @@ class Summary:
     final_return_mean_per_seed: list | None = None
     seeds: list | None = None
     # --agent search only (accerl_jax.search.fidelity.summary_fields): the policy target (--search-target),
-    # network evaluations per env step (S + 1, actor side) and the compressed search's agreement with, and total-variation distance from,
-    # the learner's search over the logged rows (mean and worst) and at the last row.
+    # network evaluations per env step (S + 1, actor side) and the compressed search's agreement with,
+    # and total-variation distance from, the learner's search over the logged rows (mean and worst) and at the last row.
     search_target: str | None = None
     network_evaluations_per_step: int | None = None
     search_agreement_during_mean: float | None = None

@@ -61,8 +61,8 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
 
 def summary_fields(cfg, rows: list[dict]) -> dict:
     """The summary's search fields of a ``--agent search`` run: ``search_target`` (``--search-target``),
-    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side) and, over the logged ``rows``, the compressed search's
-    fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
+    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side) and, over the
+    logged ``rows``, the compressed search's fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
     from accerl_jax.monitor.summary import finite_values, mean_and_worst
 
