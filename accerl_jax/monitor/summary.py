@@ -378,7 +378,7 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
                      f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
                      f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
                      f"{summary['network_evaluations_per_step']} network evaluations per env step; "
-                     f"policy target --search-target {summary.get('search_target', 'search')}"))
+                     f"policy target: {summary.get('search_target', 'search')}"))
     # A search run applies no correction (corrector None): its μ is the search's policy, not a behaviour
     # policy to correct for, so the ratios would only mislead.
     if summary.get("abs_log_rho_mean") is not None and summary.get("corrector") is not None:
