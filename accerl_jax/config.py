@@ -16,6 +16,7 @@ ACTOR_DEVICES = ("cpu", "learner", "cpu-apart")
 AGENTS = ("actor-critic", "search")
 # --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks.FAMILIES).
 NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
+SEARCH_TARGETS = ("search", "learner")  # --search-target (accerl_jax.search.targets)
 
 
 class ConfigError(ValueError):
@@ -133,6 +134,11 @@ class Config:
     narrowed by sequential halving."""
     gumbel_scale: float = 1.0
     """--agent search: scale of the Gumbel noise at the root (0: a deterministic search)."""
+    search_target: str = "search"
+    """--agent search: the policy target, 'search' (the actors' search's action weights, whose prior and
+    root value are the compressed network's) or 'learner' (the same Gumbel MuZero improved policy
+    recomputed at learner time from the search's root Q-values and visit counts with the learner's own
+    prior and value)."""
     n_step: int = 10
     """--agent search: horizon of the value targets, n-step returns bootstrapped from the learner's value
     (cut at a termination, bootstrapped at a truncation and at the rollout's end)."""
@@ -363,6 +369,7 @@ def validate(cfg: Config) -> None:
         ("max_num_considered_actions", 0 < cfg.max_num_considered_actions <= 4096, "an integer in [1, 4096]"),
         ("gumbel_scale", cfg.gumbel_scale >= 0, "a number >= 0"),
         ("n_step", 0 < cfg.n_step <= 65536, "an integer in [1, 65536]"),
+        ("search_target", cfg.search_target in SEARCH_TARGETS, "'search' or 'learner'"),
     ]
     if any(w < 1 or w > 65536 for w in cfg.hidden_sizes):
         raise ConfigError(f"bad --hidden-sizes {' '.join(map(str, cfg.hidden_sizes))}; expected widths in [1, 65536]")

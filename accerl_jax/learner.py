@@ -124,6 +124,8 @@ class LossConfig:
         ``[T, B]`` batch) or ``"transitions"`` (single steps of the ``T * B``, as PureJaxRL's and
         CleanRL's PPO shuffle them; APPO's targets are computed once per update, before the epochs, so
         no minibatch needs a sequence).
+      search_target: ``"search"``: the policy target, ``"search"`` (the search's action weights) or
+        ``"learner"`` (recomputed with the learner's prior and value, :mod:`accerl_jax.search.targets`).
     """
 
     corrector: str = "vtrace"
@@ -140,6 +142,7 @@ class LossConfig:
     n_step: int = 10
     normalize_advantages: bool = False
     minibatch_unit: str = "columns"
+    search_target: str = "search"
 
     def __post_init__(self):
         conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)

@@ -17,7 +17,7 @@ from accerl_jax.learner import LossConfig
 from accerl_jax import run_training_result
 from accerl_jax.run.plan import make_spec
 from accerl_jax.search.acting import SearchRollout
-from accerl_jax.search.targets import n_step_returns, search_loss_sums
+from accerl_jax.search.targets import improved_policy, n_step_returns, search_loss_sums
 from accerl_jax.types import pack_bootstrap_obs
 from tiny_config import tiny_config
 
@@ -64,11 +64,32 @@ def test_n_step_returns_match_a_plain_python_computation(n):
     np.testing.assert_allclose(got[5, 0], r[5, 0] + GAMMA * v[5, 0], rtol=1e-5)
 
 
-def test_search_loss_sums_at_episode_ends():
-    """The loss's sums on a hand-built [T, B] rollout of a linear network: the cross-entropy to the action
-    weights and the value regression to n-step returns bootstrapped from the network's value at each true
-    next observation (a truncated step's final observation), over valid steps only."""
-    t_len, b_len, obs_dim, a_dim, n = 7, 3, 4, 2, 3
+def python_improved_policy(logits, value, q, visits, value_scale=0.1, maxvisit_init=50.0):
+    """Plain-numpy Gumbel MuZero improved policy of one root (Danihelka et al. 2022, eq. 11 and Appendix D,
+    no masks): the mixed value completes the unvisited actions' Q, rescaled to [0, 1], scaled by
+    (maxvisit_init + max n) value_scale, added to the logits, softmaxed."""
+    logits, q, visits = (np.asarray(x, np.float64) for x in (logits, q, visits))
+    prior = np.exp(logits - logits.max())
+    prior /= prior.sum()
+    seen = visits > 0
+    mixed = value if not seen.any() else (value + visits.sum() * (prior[seen] * q[seen]).sum() / prior[seen].sum()) / (
+        visits.sum() + 1)
+    completed = np.where(seen, q, mixed)
+    completed = (completed - completed.min()) / max(completed.max() - completed.min(), 1e-8)
+    z = logits + (maxvisit_init + visits.max()) * value_scale * completed
+    w = np.exp(z - z.max())
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("search_target", ["search", "learner"])
+def test_search_loss_sums_at_episode_ends(search_target):
+    """The loss's sums on a hand-built [T, B] rollout of a linear network: the cross-entropy to the policy
+    target (``search``: the recorded action weights; ``learner``: the improved policy of the recorded root
+    Q-values and visits with this network's own logits and value, step by step, also at the terminated and
+    truncated steps and on a step of no visits) and the value regression to n-step returns bootstrapped
+    from the network's value at each true next observation (a truncated step's final observation), over
+    valid steps only."""
+    t_len, b_len, obs_dim, a_dim, n = 7, 3, 4, 3, 3
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(t_len, b_len, obs_dim)).astype(np.float32)
     next_obs = np.concatenate([obs[1:], rng.normal(size=(1, b_len, obs_dim)).astype(np.float32)])
@@ -81,6 +102,9 @@ def test_search_loss_sums_at_episode_ends():
         return o @ p["w"], o @ p["u"]
 
     weights = rng.dirichlet(np.ones(a_dim), size=(t_len, b_len)).astype(np.float32)
+    qvalues = rng.normal(size=(t_len, b_len, a_dim)).astype(np.float32)
+    visits = rng.integers(0, 3, size=(t_len, b_len, a_dim)).astype(np.float32)
+    visits[0, 0] = 0.0  # a root no simulation reached: the target falls back to the prior
     action = rng.integers(0, a_dim, size=(t_len, b_len)).astype(np.int32)
     reward = rng.normal(size=(t_len, b_len)).astype(np.float32)
     valid = np.ones((t_len, b_len), bool)
@@ -90,12 +114,17 @@ def test_search_loss_sums_at_episode_ends():
         reward=reward, terminated=TERMINATED, truncated=TRUNCATED, valid=valid,
         bootstrap_obs=pack_bootstrap_obs(obs, next_obs, TRUNCATED, 2), episode_return=np.zeros((t_len, b_len), np.float32),
         episode_length=np.zeros((t_len, b_len), np.int32), action_weights=weights,
-        root_value=np.zeros((t_len, b_len), np.float32))
+        root_value=np.zeros((t_len, b_len), np.float32), root_qvalues=qvalues, root_visits=visits)
     count, sums, outputs = search_loss_sums(params, apply, jax.tree.map(jnp.asarray, batch),
-                                            LossConfig(discount=GAMMA, loss="search", n_step=n))
+                                            LossConfig(discount=GAMMA, loss="search", n_step=n,
+                                                       search_target=search_target))
 
     logits, value = apply(params, obs)
     log_pi = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    if search_target == "learner":
+        weights = np.stack([np.stack([python_improved_policy(logits[t, b], value[t, b], qvalues[t, b], visits[t, b])
+                                      for b in range(b_len)]) for t in range(t_len)])
+        assert np.abs(weights - batch.action_weights).max() > 0.1  # the two targets differ here
     v_next = next_obs @ params["u"]
     returns = python_n_step(reward, GAMMA * (1 - TERMINATED), v_next, TERMINATED | TRUNCATED, n)
     assert float(count) == valid.sum()
@@ -129,6 +158,86 @@ def test_search_model_ends_at_terminal_states():
                                rtol=1e-5)
     np.testing.assert_allclose(float(root_value[0]), (100.0 + s) / (s + 1), rtol=1e-4)
     assert float(root_value[1]) > 95.0
+
+
+def _toy_search(sims: int, considered: int, invalid):
+    """A small Gumbel MuZero search with a fixed network (``B = 6`` roots, ``A = 5`` actions, a made-up
+    deterministic model): ``(root, mctx's PolicyOutput)``."""
+    import mctx
+
+    b, a = 6, 5
+    w = jax.random.normal(jax.random.PRNGKey(0), (3, a))
+
+    def net(x):
+        return x @ w, jnp.tanh(x.sum(-1)) * 3
+
+    def recurrent_fn(_, rng, action, x):
+        nx = x + jax.nn.one_hot(action % 3, 3) * 0.7 - 0.2
+        logits, value = net(nx)
+        return mctx.RecurrentFnOutput(reward=jnp.sin(nx[:, 0]), discount=jnp.full((b,), 0.9),
+                                      prior_logits=logits, value=value), nx
+
+    x0 = jax.random.normal(jax.random.PRNGKey(1), (b, 3))
+    logits, value = net(x0)
+    root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=x0)
+    mask = None if not invalid else jnp.zeros((b, a), bool).at[0, 1].set(True).at[2, 4].set(True)
+    out = mctx.gumbel_muzero_policy(None, jax.random.PRNGKey(2), root, recurrent_fn, sims, invalid_actions=mask,
+                                    max_num_considered_actions=considered)
+    return root, mask, out
+
+
+@pytest.mark.parametrize("sims, considered, invalid", [(3, 4, False), (16, 4, False), (5, 16, True), (32, 16, True)])
+def test_improved_policy_equals_mctx_action_weights(sims, considered, invalid):
+    """Given the search's own prior and root value and its tree's root Q-values and visits (some actions
+    unvisited with few simulations; some illegal), :func:`improved_policy` gives mctx's ``action_weights``;
+    with another prior and value it gives what mctx's own ``qtransform_completed_by_mix_value`` gives on
+    the same tree with that prior and value put in."""
+    import mctx
+
+    root, mask, out = _toy_search(sims, considered, invalid)
+    summary = out.search_tree.summary()
+    assert bool((summary.visit_counts == 0).any())  # some unvisited action: the completion matters
+    got = improved_policy(root.prior_logits, root.value, summary.qvalues, summary.visit_counts, mask)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(out.action_weights), rtol=1e-5, atol=1e-6)
+
+    rng = np.random.default_rng(sims)
+    other_logits = jnp.asarray(rng.normal(size=root.prior_logits.shape) * 2, jnp.float32)
+    other_value = jnp.asarray(rng.normal(size=root.value.shape) * 3, jnp.float32)
+    tree = out.search_tree
+    masked = other_logits if mask is None else jnp.where(mask, jnp.finfo(jnp.float32).min,
+                                                         other_logits - other_logits.max(-1, keepdims=True))
+    tree = tree.replace(children_prior_logits=tree.children_prior_logits.at[:, tree.ROOT_INDEX].set(masked),
+                        raw_values=tree.raw_values.at[:, tree.ROOT_INDEX].set(other_value))
+    sigma = jax.vmap(mctx.qtransform_completed_by_mix_value, in_axes=(0, None))(tree, tree.ROOT_INDEX)
+    search_logits = masked + sigma
+    expected = jax.nn.softmax(jnp.where(mask, jnp.finfo(jnp.float32).min, search_logits) if invalid else search_logits)
+    got = improved_policy(other_logits, other_value, summary.qvalues, summary.visit_counts, mask)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(got) - np.asarray(out.action_weights)).max() > 0.05  # the prior matters
+    if invalid:
+        assert float(got[0, 1]) < 1e-30 and float(got[2, 4]) < 1e-30
+
+
+def test_cartpole_search_carries_what_its_weights_are_made_of():
+    """A search on CartPole with a fixed network (the env as the model): its root Q-values and visits
+    (``search_policy``'s ``root_qvalues``, ``root_visits``) with its own prior and root network value
+    rebuild its action weights."""
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = make_env("gymnax:CartPole-v1", 8)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 2)), jnp.float32), "u": jnp.asarray(rng.normal(size=4), jnp.float32)}
+
+    def apply(p, o):
+        return o @ p["w"] * 3, 10.0 + o @ p["u"]
+
+    out = jax.jit(functools.partial(search_policy, apply, env.model, SearchSettings(num_simulations=3)))(
+        params, obs, state.env_state, jax.random.PRNGKey(1))
+    assert float(out.root_visits.sum(-1).min()) == 3.0  # S simulations, all below the root
+    logits, value = apply(params, obs)
+    np.testing.assert_allclose(np.asarray(improved_policy(logits, value, out.root_qvalues, out.root_visits)),
+                               np.asarray(out.action_weights), rtol=1e-5, atol=1e-6)
 
 
 def _greedy_first_returns(params, spec, envs: int = 32, steps: int = 500) -> float:
@@ -241,10 +350,23 @@ def test_compressed_search_fidelity_is_logged(short_run):
 
     summary, _ = short_run
     assert summary["network_evaluations_per_step"] == SHORT["num_simulations"] + 1
+    assert summary["search_target"] == "search"  # the default
     assert 0.0 <= summary["search_agreement_during_min"] <= summary["search_agreement_during_mean"] <= 1.0
     assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
     assert summary["search_agreement"] == summary["search_agreement_during_min"]  # one logged row
     assert "network evaluations per env step" in format_summary(summary)
+
+
+def test_learner_target_runs_with_a_distilled_student(tmp_path):
+    """One update of ``--search-target learner`` with distill:tiny actors: the learner's target (its own
+    prior with the compressed search's root Q-values) trains, the summary says which target."""
+    result = run_training_result(tiny(tmp_path / "run", updates=1, log_every=1, num_simulations=4,
+                                      compressor="distill:tiny", search_target="learner"))
+    summary, out = result.summary, result._asdict()
+    assert (summary["search_target"], summary["loss"], summary["updates"]) == ("learner", "search", 1)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
+    assert (sum(x.size for x in jax.tree.leaves(out["actor_params"]))
+            < sum(x.size for x in jax.tree.leaves(out["learner_params"])))
 
 
 def test_search_summary_claims_no_corrector(short_run):
@@ -314,6 +436,7 @@ def test_one_and_two_devices_train_alike(tmp_path):
     (["--num-simulations", "0"], "bad --num-simulations 0"),
     (["--env", "envpool:CartPole-v1"], "bad --env 'envpool:CartPole-v1' with --agent search"),
     (["--loop", "sequential"], "bad --loop sequential with --agent search"),
+    (["--search-target", "actor"], "bad --search-target 'actor'"),
 ])
 def test_bad_search_input_exits_2_with_one_line(tmp_path, capsys, flags, expected):
     """The CLI's entry point (what ``python -m accerl_jax.train`` exits with), in this process."""

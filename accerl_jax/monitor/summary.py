@@ -145,9 +145,10 @@ class Summary:
     env_steps_per_seed: int | None = None
     final_return_mean_per_seed: list | None = None
     seeds: list | None = None
-    # --agent search only (accerl_jax.search.fidelity.summary_fields): network evaluations per env step
-    # (S + 1, actor side) and the compressed search's agreement with, and total-variation distance from,
-    # the learner's search over the logged rows (mean and worst) and at the last row.
+    # --agent search only (accerl_jax.search.fidelity.summary_fields): the policy target (--search-target),
+    # network evaluations per env step (S + 1, actor side) and the compressed search's agreement with,
+    # and total-variation distance from, the learner's search over the logged rows (mean and worst) and at the last row.
+    search_target: str | None = None
     network_evaluations_per_step: int | None = None
     search_agreement_during_mean: float | None = None
     search_agreement_during_min: float | None = None
@@ -387,7 +388,8 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
         rows.append(("search vs learner's", f"agree {100 * summary['search_agreement_during_mean']:.1f}% mean, "
                      f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
                      f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
-                     f"{summary['network_evaluations_per_step']} network evaluations per env step"))
+                     f"{summary['network_evaluations_per_step']} network evaluations per env step; "
+                     f"policy target: {summary.get('search_target', 'search')}"))
     # A search run applies no correction (corrector None): its μ is the search's policy, not a behaviour
     # policy to correct for, so the ratios would only mislead.
     if summary.get("abs_log_rho_mean") is not None and summary.get("corrector") is not None:

@@ -156,7 +156,7 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
         corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
-        epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step,
+        epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step, search_target=cfg.search_target,
         normalize_advantages=cfg.normalize_advantages, minibatch_unit=cfg.minibatch_unit,
     )
 

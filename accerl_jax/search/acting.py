@@ -11,8 +11,10 @@ the root once more (``S + 1`` evaluations per env step). Stochastic envs (MinAta
 sampled with the search's own keys.
 
 The rollout (:class:`SearchRollout`) is today's :class:`~accerl_jax.types.Rollout` with the search's
-action weights (the policy targets) and root value besides; its ``log_prob`` is ``log w_a`` of the
-action the search chose (Gumbel MuZero picks it by sequential halving, not by sampling ``w``).
+action weights (the policy targets), root value and the root's Q-values and visit counts besides (what
+``--search-target learner`` rebuilds the targets from, :func:`accerl_jax.search.targets.improved_policy`);
+its ``log_prob`` is ``log w_a`` of the action the search chose (Gumbel MuZero picks it by sequential
+halving, not by sampling ``w``).
 """
 from __future__ import annotations
 
@@ -48,12 +50,15 @@ class SearchSettings:
 
 class SearchRollout(NamedTuple):
     """A :class:`~accerl_jax.types.Rollout` ``[T, B, ...]`` of a search agent: its fields (same meaning,
-    ``log_prob`` being ``log w`` of the chosen action) and two more.
+    ``log_prob`` being ``log w`` of the chosen action) and four more.
 
     Attributes:
       action_weights: ``[T, B, A]`` float32, the search's improved policy ``w`` at each step (sums to 1):
         the learner's policy target.
       root_value: ``[T, B]`` float32, the search's value of each step's root (``mctx`` tree summary).
+      root_qvalues: ``[T, B, A]`` float32, the root's Q-values ``r + γ v(child)`` of the tree (``mctx``
+        ``SearchSummary.qvalues``; 0 for an unvisited action, whose Q the targets complete).
+      root_visits: ``[T, B, A]`` float32, the root's visit counts per action (``SearchSummary.visit_counts``).
     """
 
     obs: jax.Array
@@ -68,6 +73,28 @@ class SearchRollout(NamedTuple):
     episode_length: jax.Array
     action_weights: jax.Array
     root_value: jax.Array
+    root_qvalues: jax.Array
+    root_visits: jax.Array
+
+
+class SearchOutput(NamedTuple):
+    """What :func:`search_policy` returns for ``B`` roots.
+
+    Attributes:
+      action: ``[B]`` int32, the search's action (sequential halving).
+      log_prob: ``[B]`` float32, ``log w`` of that action.
+      action_weights: ``[B, A]`` float32, the improved policy ``w`` (sums to 1).
+      root_value: ``[B]`` float32, the tree's value of the root.
+      root_qvalues: ``[B, A]`` float32, the root's Q-values (0 where unvisited).
+      root_visits: ``[B, A]`` float32, the root's visit counts.
+    """
+
+    action: jax.Array
+    log_prob: jax.Array
+    action_weights: jax.Array
+    root_value: jax.Array
+    root_qvalues: jax.Array
+    root_visits: jax.Array
 
 
 class Node(NamedTuple):
@@ -92,8 +119,8 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
       key: ``[2]`` uint32 PRNG key (Gumbel noise, the model's own randomness).
 
     Returns:
-      ``(action [B] int32, log_prob [B] float32 (log w of the action), action_weights [B, A] float32,
-      root_value [B] float32)``.
+      :class:`SearchOutput` (a tuple ``(action, log_prob, action_weights, root_value, root_qvalues,
+      root_visits)``).
     """
     gym, gym_params = model
     discount = jnp.float32(settings.discount)
@@ -126,7 +153,9 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
     action = out.action.astype(jnp.int32)
     weights = out.action_weights.astype(jnp.float32)
     log_prob = jnp.log(jnp.take_along_axis(weights, action[:, None], axis=1)[:, 0])
-    return action, log_prob, weights, out.search_tree.summary().value.astype(jnp.float32)
+    summary = out.search_tree.summary()
+    return SearchOutput(action, log_prob, weights, summary.value.astype(jnp.float32),
+                        summary.qvalues.astype(jnp.float32), summary.visit_counts.astype(jnp.float32))
 
 
 class SearchActor(AnakinActor):
@@ -157,15 +186,14 @@ class SearchActor(AnakinActor):
         def run(params, carry: ActorCarry):
             def step(c: ActorCarry, _):
                 key, sub = jax.random.split(c.key)
-                action, log_prob, weights, root_value = search_policy(
-                    apply, model, settings, params, c.obs, c.env_state.env_state, sub)
-                env_state, tr = env.step(c.env_state, action)
-                return ActorCarry(env_state, tr.obs, key), (c.obs, action, log_prob, tr, weights, root_value)
+                out = search_policy(apply, model, settings, params, c.obs, c.env_state.env_state, sub)
+                env_state, tr = env.step(c.env_state, out.action)
+                return ActorCarry(env_state, tr.obs, key), (c.obs, tr, out)
 
-            carry, (obs, action, log_prob, tr, weights, root_value) = jax.lax.scan(
-                step, carry, None, length=rollout_length)
-            rollout: Rollout = rollout_from_steps(obs, action, log_prob, tr, slots)
-            return carry, SearchRollout(*rollout, action_weights=weights, root_value=root_value)
+            carry, (obs, tr, out) = jax.lax.scan(step, carry, None, length=rollout_length)
+            rollout: Rollout = rollout_from_steps(obs, out.action, out.log_prob, tr, slots)
+            return carry, SearchRollout(*rollout, action_weights=out.action_weights, root_value=out.root_value,
+                                        root_qvalues=out.root_qvalues, root_visits=out.root_visits)
 
         self.rollout_fn = run
         self._rollout = xla.jit(run, family)

@@ -49,8 +49,7 @@ def make_search_act(trained, settings, greedy: bool) -> Callable:
     model = trained.env.model
 
     def act(env_state, obs, key):
-        action, _, weights, _ = search_policy(trained.apply, model, settings, trained.params, obs,
-                                              env_state.env_state, key)
-        return jnp.argmax(weights, -1).astype(jnp.int32) if greedy else action
+        out = search_policy(trained.apply, model, settings, trained.params, obs, env_state.env_state, key)
+        return jnp.argmax(out.action_weights, -1).astype(jnp.int32) if greedy else out.action
 
     return act

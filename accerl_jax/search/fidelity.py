@@ -54,19 +54,19 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
         env_state, key = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), env_state), key[0]
     gym_state, obs = env_state.env_state, carry.obs
     key = jax.random.fold_in(key, FIDELITY_FOLD)
-    w_actor = search_policy(actor_apply, model, settings, actor_params, obs, gym_state, key)[2]
-    w_learner = search_policy(learner_apply, model, settings, learner_params, obs, gym_state, key)[2]
+    w_actor = search_policy(actor_apply, model, settings, actor_params, obs, gym_state, key).action_weights
+    w_learner = search_policy(learner_apply, model, settings, learner_params, obs, gym_state, key).action_weights
     return weights_divergence(w_actor, w_learner)
 
 
 def summary_fields(cfg, rows: list[dict]) -> dict:
-    """The summary's search fields of a ``--agent search`` run: ``network_evaluations_per_step`` (S + 1:
-    the root and one per simulation, actor side) and, over the logged ``rows``, the compressed search's
-    fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
+    """The summary's search fields of a ``--agent search`` run: ``search_target`` (``--search-target``),
+    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side) and, over the
+    logged ``rows``, the compressed search's fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
     from accerl_jax.monitor.summary import finite_values, mean_and_worst
 
-    out = {"network_evaluations_per_step": cfg.num_simulations + 1,
+    out = {"search_target": cfg.search_target, "network_evaluations_per_step": cfg.num_simulations + 1,
            **mean_and_worst(rows, ((AGREEMENT, AGREEMENT, min), (TV, TV, max)))}
     for key in (AGREEMENT, TV):
         values = finite_values(rows, key)
