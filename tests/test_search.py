@@ -152,7 +152,7 @@ def test_search_model_ends_at_terminal_states():
 
     s = 16
     search = jax.jit(functools.partial(search_policy, apply, env.model, SearchSettings(num_simulations=s)))
-    action, log_prob, weights, root_value = search(None, obs, gym_state, jax.random.PRNGKey(1))
+    action, log_prob, weights, root_value = search(None, obs, gym_state, jax.random.PRNGKey(1))[:4]
     np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(log_prob), np.log(np.asarray(weights)[np.arange(2), np.asarray(action)]),
                                rtol=1e-5)
