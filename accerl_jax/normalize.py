@@ -81,7 +81,7 @@ def batch_stats(x: jax.Array, weight: jax.Array | None = None, sample_dims: int 
     wx = w.reshape(w.shape + (1,) * (x.ndim - sample_dims))
     count = jnp.sum(w)
     mean = jnp.sum(wx * x, axis=axes) / jnp.maximum(count, 1.0)
-    m2 = jnp.sum(wx * jnp.square(x - mean), axis=axes)
+    m2 = jnp.sum(wx * jnp.square(x - jnp.broadcast_to(mean, x.shape)), axis=axes)
     return RunningStats(count, mean, m2)
 
 
@@ -102,7 +102,8 @@ def normalize_obs(stats: RunningStats | None, obs: jax.Array) -> jax.Array:
     axes (``obs [..., *S]``); ``obs`` unchanged when ``stats`` is None."""
     if stats is None:
         return obs
-    out = (obs.astype(jnp.float32) - stats.mean) / jnp.sqrt(stats.var + EPSILON)
+    obs = obs.astype(jnp.float32)  # explicit broadcasts: the tests run with jax_numpy_rank_promotion="raise"
+    out = (obs - jnp.broadcast_to(stats.mean, obs.shape)) / jnp.broadcast_to(jnp.sqrt(stats.var + EPSILON), obs.shape)
     return jnp.clip(out, -CLIP, CLIP)
 
 

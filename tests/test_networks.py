@@ -68,7 +68,7 @@ def test_minatar_patch_matmul_is_the_convolution():
     x = jax.random.normal(jax.random.PRNGKey(3), (4,) + IMAGE)
     conv = nn.Conv(5, (3, 3), padding="VALID")
     want = conv.apply({"params": {"kernel": kernel.reshape(3, 3, IMAGE[-1], 5), "bias": bias}}, x)
-    got = networks._patches(x, 3) @ kernel + bias
+    got = networks._patches(x, 3) @ kernel + bias[None, None, None]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
