@@ -17,6 +17,7 @@ AGENTS = ("actor-critic", "search")
 # --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks.FAMILIES).
 NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 SEARCH_TARGETS = ("search", "learner")  # --search-target (accerl_jax.search.targets)
+MINIBATCH_UNITS = ("columns", "transitions")  # --minibatch-unit (accerl_jax.learner.LossConfig)
 
 
 class ConfigError(ValueError):
@@ -362,7 +363,7 @@ def validate(cfg: Config) -> None:
         ("actor_device", cfg.actor_device in ACTOR_DEVICES, "'cpu', 'learner' or 'cpu-apart'"),
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
         ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
-        ("minibatch_unit", cfg.minibatch_unit in ("columns", "transitions"), "'columns' or 'transitions'"),
+        ("minibatch_unit", cfg.minibatch_unit in MINIBATCH_UNITS, "'columns' or 'transitions'"),
         ("network", cfg.network in NETWORKS, ", ".join(repr(n) for n in NETWORKS)),
         ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
         ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),

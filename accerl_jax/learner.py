@@ -391,9 +391,6 @@ def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg
     return jnp.sum(mask), sums
 
 
-MINIBATCH_UNITS = ("columns", "transitions")
-
-
 def transitions_as_columns(batch: Rollout, old: AppoTargets) -> tuple[Rollout, AppoTargets]:
     """A ``[T, B]`` batch and its APPO targets as ``[1, T * B]``: every transition its own column, so that
     :func:`minibatch_columns` draws single transitions (``--minibatch-unit transitions``). Only what

@@ -141,17 +141,23 @@ class MLPActorCritic(nn.Module):
         return _with_q(self, logits, value[..., 0], v)
 
 
-class CNNActorCritic(nn.Module):
-    """Nature-DQN torso + heads. ``obs [..., *obs_shape]`` uint8/float -> ``(logits [..., A], value [...])``.
-
-    uint8 pixels are scaled by 1/255.
-    """
+class _ConvActorCritic(nn.Module):
+    """The fields every image network shares: its ``widths`` (the family's own meaning,
+    :data:`WIDTHS_MEANING`), ``A = num_actions``, ``[..., C, H, W]`` input when ``channels_first``, and the
+    optional Q head on the shared torso."""
 
     widths: Sequence[int]
     num_actions: int
     channels_first: bool = False
     q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
     return_q: bool = False  # also return Q: (logits, value, q)
+
+
+class CNNActorCritic(_ConvActorCritic):
+    """Nature-DQN torso + heads. ``obs [..., *obs_shape]`` uint8/float -> ``(logits [..., A], value [...])``.
+
+    uint8 pixels are scaled by 1/255.
+    """
 
     @nn.compact
     def __call__(self, obs):
@@ -185,7 +191,7 @@ def _patches(x: jax.Array, k: int) -> jax.Array:
     return jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
 
 
-class MinAtarActorCritic(nn.Module):
+class MinAtarActorCritic(_ConvActorCritic):
     """The MinAtar paper's network (Young & Tian 2019, arXiv 1903.03176, section 5 and its reference code
     examples/AC_lambda.py): one 16-channel 3x3 stride-1 conv + ReLU, flatten, a 128-unit dense + ReLU, then
     the policy and value heads. ``obs [..., H, W, C]`` (``[..., C, H, W]`` with ``channels_first``)
@@ -206,12 +212,6 @@ class MinAtarActorCritic(nn.Module):
     it compiles as fast as an MLP and runs 8x faster than the rolled conv.
     """
 
-    widths: Sequence[int]
-    num_actions: int
-    channels_first: bool = False
-    q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
-    return_q: bool = False  # also return Q: (logits, value, q)
-
     @nn.compact
     def __call__(self, obs):
         x, batch_shape = _images(obs, self.channels_first)
@@ -225,7 +225,7 @@ class MinAtarActorCritic(nn.Module):
 IMPALA_BLOCKS = 2
 
 
-class ImpalaActorCritic(nn.Module):
+class ImpalaActorCritic(_ConvActorCritic):
     """IMPALA's ResNet torso (Espeholt et al. 2018, arXiv 1802.01561, figure 3 "large" network, as cleanba's
     and CleanRL's ``ppo_atari_envpool_impala``) + heads. ``obs [..., H, W, C]`` (``[..., C, H, W]`` with
     ``channels_first``) uint8/float -> ``(logits [..., A], value [...])``.
@@ -237,12 +237,6 @@ class ImpalaActorCritic(nn.Module):
     use flax's default initialiser (as cleanba), the dense layer and heads the orthogonal ones of the other
     networks. Any image side works (each stack halves it, rounding up).
     """
-
-    widths: Sequence[int]
-    num_actions: int
-    channels_first: bool = False
-    q_head: bool = False  # a Q head on the shared torso (Retrace actor-critic)
-    return_q: bool = False  # also return Q: (logits, value, q)
 
     @nn.compact
     def __call__(self, obs):

@@ -224,24 +224,24 @@ def test_two_device_update_equals_single_device(two_device):
         assert np.isfinite(m1[k]), k
 
 
+def _assert_one_device_equals_two_and_differs(results, name, other):
+    """``<name>_params1`` (1 device) equals ``<name>_params2`` (2 devices), and differs from
+    ``<other>_params1`` (another APPO option set's update) by more than 1e-4 somewhere."""
+    for a, b in zip(results[f"{name}_params1"], results[f"{name}_params2"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    diff = max(np.max(np.abs(np.subtract(a, b))) for a, b in zip(results[f"{name}_params1"], results[f"{other}_params1"]))
+    assert diff > 1e-4
+
+
 def test_two_device_normalized_advantages_equal_single_device_and_change_the_update(two_device):
     """--normalize-advantages normalises each minibatch as one over the devices: 1 and 2 devices agree,
     and the update differs from APPO's without it."""
-    for a, b in zip(two_device["appo_norm1_params1"], two_device["appo_norm1_params2"], strict=True):
-        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
-    for a, b in zip(two_device["appo_norm0_params1"], two_device["appo_norm0_params2"], strict=True):
-        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
-    diff = max(np.max(np.abs(np.subtract(a, b)))
-               for a, b in zip(two_device["appo_norm1_params1"], two_device["appo_norm0_params1"]))
-    assert diff > 1e-4
+    _assert_one_device_equals_two_and_differs(two_device, "appo_norm1", "appo_norm0")
+    _assert_one_device_equals_two_and_differs(two_device, "appo_norm0", "appo_norm1")
 
 
 def test_two_device_transition_minibatches_equal_single_device_and_change_the_update(two_device):
-    for a, b in zip(two_device["appo_transitions_params1"], two_device["appo_transitions_params2"], strict=True):
-        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
-    diff = max(np.max(np.abs(np.subtract(a, b)))
-               for a, b in zip(two_device["appo_transitions_params1"], two_device["appo_norm0_params1"]))
-    assert diff > 1e-4
+    _assert_one_device_equals_two_and_differs(two_device, "appo_transitions", "appo_norm0")
 
 
 def test_two_device_value_loss_is_global_masked_mean(two_device):
