@@ -361,12 +361,20 @@ def test_the_initial_state_is_the_same_at_the_one_shot_level():
     assert proc.stdout.startswith("same")
 
 
-def test_flops_are_counted_from_the_last_chunk_on_not_beside_training(tmp_path, monkeypatch):
-    """Counting the pieces' FLOPs (about a second of host time) starts once the chunk that ends the budget
-    is dispatched, so it never runs beside the training before it; the summary still has them."""
+def test_flops_are_counted_after_the_last_chunk_not_beside_training(tmp_path, monkeypatch):
+    """Counting the pieces' FLOPs (tenths of a second of host time) starts once the last step of the budget
+    has been logged, so it never runs beside training or its rows; the summary still has them. Two chunks
+    are in flight while the host logs one."""
     from accerl_jax.loops import anakin, pieces
+    from accerl_jax.run import driver as driver_lib
 
-    dispatched, started = [], []
+    dispatched, started, taken = [], [], []
+    take = driver_lib.Driver._take
+
+    def recording_take(self, step):
+        taken.append((step.update, len(dispatched)))
+        return take(self, step)
+
     dispatch = anakin.AnakinStepper._dispatch
 
     def recording_dispatch(self, s, after):
@@ -375,11 +383,46 @@ def test_flops_are_counted_from_the_last_chunk_on_not_beside_training(tmp_path, 
 
     class RecordingFlops(pieces.BackgroundFlops):
         def __init__(self, *args):
-            started.append(list(dispatched))
+            started.append((list(dispatched), list(taken)))
             super().__init__(*args)
 
     monkeypatch.setattr(anakin.AnakinStepper, "_dispatch", recording_dispatch)
+    monkeypatch.setattr(driver_lib.Driver, "_take", recording_take)
     monkeypatch.setattr(pieces, "BackgroundFlops", RecordingFlops)
     summary = run_training(tiny(tmp_path / "run", log_every=1))
-    assert dispatched == [1, 2, 3, 4] and started == [[1, 2, 3, 4]]
+    assert dispatched == [1, 2, 3, 4]
+    # Two chunks in flight: while update u is logged, the chunk ending at u + 2 is already dispatched.
+    assert taken == [(1, 3), (2, 4), (3, 4), (4, 4)]
+    assert started == [([1, 2, 3, 4], [(1, 3), (2, 4), (3, 4), (4, 4)])]
     assert summary["cost_split"]["flops"]["learner_flops_per_update"] > 0
+
+
+def test_packed_chunk_outputs_unpack_to_the_updates_outputs_bit_for_bit():
+    """The chunk hands the host a few packed arrays (one host copy each); unpacking restores every
+    update's metrics, episode records (returns, the finished mask, integer lengths) and counters exactly."""
+    import jax
+    import jax.numpy as jnp
+
+    from accerl_jax.loops.anakin_program import UpdateOutput, pack, unpack
+
+    rng = np.random.default_rng(0)
+    c, t, b = 3, 4, 5
+    out = UpdateOutput({"loss": jnp.asarray(rng.normal(size=c), jnp.float32),
+                        "entropy": jnp.asarray(rng.normal(size=c), jnp.float32)},
+                       jnp.asarray(rng.normal(size=(c, t, b)) * 1e3, jnp.float32),
+                       jnp.asarray(rng.random((c, t, b)) < 0.3), jnp.asarray(rng.integers(0, 2**24, (c, t, b)), jnp.int32),
+                       jnp.asarray([True, False, True]))
+
+    class State:
+        bad_update, bad_quantity, skipped = jnp.int32(7), jnp.int32(-1), jnp.int32(2)
+
+    packed = jax.device_get(pack(out, State))
+    assert packed.metrics.names == ("entropy", "loss") and len(jax.tree.leaves(packed)) == 4
+    got, counters = unpack(packed)
+    assert counters == (7, -1, 2) and list(got.metrics) == ["entropy", "loss"]
+    for name in ("entropy", "loss"):
+        np.testing.assert_array_equal(got.metrics[name], np.asarray(out.metrics[name]))
+    for field in ("episode_return", "finished", "episode_length", "refreshed"):
+        want = np.asarray(getattr(out, field))
+        assert getattr(got, field).dtype == want.dtype, field
+        np.testing.assert_array_equal(getattr(got, field), want)

@@ -3,8 +3,12 @@ one jitted program (:mod:`accerl_jax.loops.anakin_program`; Podracer's Anakin, H
 https://arxiv.org/abs/2104.06272), dispatched one *chunk* of updates at a time (up to the next
 ``--log-every`` / ``--checkpoint-every`` boundary). It yields one :class:`~accerl_jax.run.driver.Step` per
 chunk; between chunks the :class:`~accerl_jax.run.driver.Driver` logs, checkpoints and checks for signals,
-so a signal stops the run within a chunk. The next chunk is dispatched *before* the step is yielded, so
-that the host's work runs while the program does.
+so a signal stops the run within a chunk. After the first chunk, two chunks are in flight at once: once a
+chunk's outputs are read, the chunk after the next one is dispatched (from the next one's state, not yet
+computed) before the step is yielded, so that the host's work runs while the program does and the device
+never waits for the host; a chunk dispatched ahead is dropped, never counted, where the one before it
+ends the run (a stop, a divergence). The host reads each chunk's outputs as a few packed arrays
+(:class:`~accerl_jax.loops.anakin_program.ChunkOutput`), one copy each.
 
 Environments: gymnax envs are pure functions, stepped in the program. envpool envs (only by an explicit
 ``--loop anakin``) are stepped in the same program through envpool's XLA interface
@@ -24,6 +28,7 @@ leading seed axis of the state. ``--compressor auto`` (one seed) takes its decis
 """
 from __future__ import annotations
 
+import collections
 import time
 
 import jax
@@ -34,7 +39,7 @@ from accerl_jax.run import checkpoint
 from accerl_jax.run.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.run.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
-from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk
+from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk, unpack
 from accerl_jax.loops import pieces, shared
 from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
 from accerl_jax.run.build import Run
@@ -67,6 +72,13 @@ class AnakinStepper:
         # one, because the checkpoint's gathers and the stop vote are collectives of their own, and two
         # programs' collectives in flight at once may interleave differently on two processes.
         self.pipelined = run.plan.num_processes == 1
+        # Chunks in flight at once. One process, a fixed compressor: two, so that the device never waits for
+        # the host: chunk j + 2 is dispatched (from chunk j + 1's not yet computed state) before the host
+        # fetches and logs chunk j, and dropped unrun-for if chunk j + 1 turns out to be the last. With one,
+        # the device idled between each chunk's end and the next dispatch (the outputs' fetch and the
+        # dispatch itself, ~1 ms against a ~4 ms chunk at the default job's shapes). --compressor auto
+        # decides between chunks from the previous chunk's state, so it runs one at a time.
+        self.depth = 2 if self.pipelined and not run.plan.auto else 1
 
     def _boundary(self, after: int) -> int:
         cfg = self.run.cfg
@@ -77,10 +89,7 @@ class AnakinStepper:
 
     def _dispatch(self, s: AnakinState, after: int):
         end = self._boundary(after)
-        pending = (end, *self.chunk_fn(s, end - after))  # returns at once: the program runs in the background
-        if end >= self.run.plan.num_updates:
-            self._count_flops()
-        return pending
+        return (end, *self.chunk_fn(s, end - after))  # returns at once: the program runs in the background
 
     def _snapshot(self, s: AnakinState, completed: int) -> checkpoint.TrainState:
         # The same TrainState as the sequential loop saves: the lagged sets this run has made so far.
@@ -100,35 +109,38 @@ class AnakinStepper:
         self.shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if seeds > 1 else x.shape, x.dtype,
                                                                   weak_type=x.weak_type),
                                    self.state)  # read before the program may take the buffers
-        pending = self._dispatch(self.state, completed) if driver.keep_going(completed) else None
-        while pending is not None:
-            end, new_state, out, chunk_end = pending
-            pending = hard_stop = None
+        queue = collections.deque()  # dispatched chunks, oldest first: (end, state, out, chunk_end)
+        hard_stop = None
+        if driver.keep_going(completed):  # the first chunk runs alone: chunks go ahead from its end on
+            queue.append(self._dispatch(self.state, completed))
+        while queue:
+            end, new_state, out, chunk_end = queue.popleft()
             start = time.perf_counter()
-            out, chunk_end, bad_update, bad_quantity, skipped = jax.device_get(local_view(
-                (out, chunk_end, new_state.bad_update, new_state.bad_quantity, new_state.skipped)))  # waits
+            packed, chunk_end = jax.device_get(local_view((out, chunk_end)))  # waits
             self.fused_wait += time.perf_counter() - start
-            self.skipped = np.asarray(skipped)
-            bad_seeds = np.asarray(bad_update).reshape(-1)
+            outs, counters = zip(*(unpack(_seed(packed, k, seeds)) for k in range(seeds)))
+            bad_seeds, bad_quantity, skipped = (np.asarray(c) for c in zip(*counters))
+            self.skipped = skipped if seeds > 1 else skipped[0]
             bad_update = int(bad_seeds[bad_seeds > 0].min()) if np.any(bad_seeds > 0) else 0  # any seed stops it
             last = (bad_update if bad_update else end) - completed  # updates of this chunk that count
-            outs = [_seed(out, k, seeds) for k in range(seeds)]
             metrics = [{name: v[last - 1] for name, v in o.metrics.items()} for o in outs]
             self.lag_versions = float(metrics[0].get("policy_lag_versions", np.nan))
-            if self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
-                # Pipelined: the next chunk is dispatched before the driver logs and checkpoints this one
-                # (a diverged state is never continued).
-                try:
-                    pending = self._dispatch(new_state, end)
-                except KeyboardInterrupt as err:  # a hard stop (second signal) while dispatching takes
-                    hard_stop = err  # effect once this finished chunk is counted
+            if self.pipelined:
+                if not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
+                    # Pipelined: the next chunk runs (dispatched already when depth 2) while the driver logs
+                    # and checkpoints this one (a diverged state is never continued).
+                    if not queue:
+                        hard_stop = self._dispatch_or_stop(queue, new_state, end) or hard_stop
+                    hard_stop = self._speculate(queue) or hard_stop
+                else:  # a chunk dispatched ahead that one at a time would not have run: dropped
+                    queue.clear()
             self.state, self.chunk_end, completed = new_state, chunk_end, completed + last
             bad = None
             if bad_update:
                 seed_k = int(np.argmax(bad_seeds == bad_update))
-                bad = Bad(quantity(int(np.asarray(bad_quantity).reshape(-1)[seed_k])), bad_update, seed_k,
+                bad = Bad(quantity(int(bad_quantity[seed_k])), bad_update, seed_k,
                           MAX_SKIP_STREAK + 1 if run.cfg.on_nan == "skip" else 0)
-            refreshed = bool(np.any(out.refreshed[..., :last]))
+            refreshed = bool(np.any(packed.refreshed[..., :last]))
             refresh = [_seed(chunk_end, k, seeds).refresh_divergence for k in range(seeds)] if refreshed else None
             # --compressor auto: the decisions taken for the chunks dispatched so far (AutoChunks).
             decisions = self.chunk_fn.control.take_decisions() if run.plan.auto else ()
@@ -138,13 +150,38 @@ class AnakinStepper:
             if hard_stop is not None:
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
-                pending = self._dispatch(new_state, end)
+                queue.append(self._dispatch(new_state, end))
+        if completed >= run.plan.num_updates:  # the budget is done and logged: count FLOPs beside the run's end
+            self._count_flops()
+
+    def _dispatch_or_stop(self, queue, s: AnakinState, after: int):
+        """Dispatch the chunk after update ``after`` from ``s`` onto ``queue``; a hard stop (second signal)
+        while dispatching is returned, to take effect once the finished chunk is counted."""
+        try:
+            queue.append(self._dispatch(s, after))
+        except KeyboardInterrupt as err:
+            return err
+        return None
+
+    def _ahead(self, queue) -> bool:
+        """Whether to dispatch a chunk ahead (depth 2): one chunk in flight and the budget has another
+        (whether it counts is decided when the chunk before it is fetched)."""
+        return self.depth == 2 and len(queue) == 1 and queue[-1][0] < self.run.plan.num_updates
+
+    def _speculate(self, queue):
+        """Dispatch a chunk ahead where :meth:`_ahead` says so (from the last chunk's state, after its end);
+        a hard stop while dispatching is returned as :meth:`_dispatch_or_stop`'s."""
+        if not self._ahead(queue):
+            return None
+        end, state = queue[-1][:2]
+        return self._dispatch_or_stop(queue, state, end)
 
     def _count_flops(self) -> None:
         """Start counting the pieces' FLOPs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`, for the
-        summary's cost split); :meth:`_dispatch` calls it with the chunk that ends the budget: counting traces
-        and lowers the pieces, host time that slowed the training it ran beside by about as much; from the
-        last chunk on it overlaps the end of the run instead."""
+        summary's cost split) once the budget's last step has been logged: counting traces and lowers the
+        pieces, ~0.1-0.6 s of host time that delayed the chunks and rows it ran beside by as much (measured
+        on the 2-core CPU when it started with the last chunk's dispatch); now it overlaps only the driver's
+        final checkpoint and summary."""
         run, shapes = self.run, self.shapes
         if (self.flops is not None or run.plan.process_id != 0 or not pieces.has_pieces(run)
                 or run.counted_flops is not None):  # counted before training (--compressor auto kept none)

@@ -17,7 +17,7 @@ from accerl_jax.run.build import Run
 
 class AutoChunks:
     """``--compressor auto`` in the Anakin loop: called as the chunk function ``(AnakinState, active) ->
-    (AnakinState, UpdateOutput [C, ...], ChunkEnd)``, it first takes the auto decision for the state it
+    (AnakinState, ChunkOutput, ChunkEnd)``, it first takes the auto decision for the state it
     is given (the previous chunk's final state), then runs the chunk program of the candidate chosen.
 
     * One compiled chunk program per candidate (:meth:`AutoCompressor.candidate
