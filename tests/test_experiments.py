@@ -28,12 +28,21 @@ def fake_purejaxrl(root) -> str:
     return str(root)
 
 
-def test_every_benchmark_runs_at_its_smoke_budget_and_its_page_section_shows_it(tmp_path):
+# One benchmark of every kind (the cheapest at its smoke budget): the default command runs these; every
+# benchmark runs in the slow test (~3.5 min of one test worker for all twelve).
+ONE_OF_EACH_KIND = ("default_vs_purejaxrl", "quality_classic", "actor_time_cartpole", "loop_throughput",
+                    "compression_cartpole")
+
+
+def _smoke(tmp_path, names: list[str]) -> None:
+    """Run ``names`` (or ``["all"]``) at their smoke budgets; each one's JSON and page section are whole."""
     out = tmp_path / "results" / "this-machine"
     peer = fake_purejaxrl(tmp_path / "peer")
-    assert main(["run", "all", "--quick", "--out", str(out), "--purejaxrl", peer, "--peer-python", sys.executable]) == 0
+    for name in names:
+        assert main(["run", name, "--quick", "--out", str(out), "--purejaxrl", peer,
+                     "--peer-python", sys.executable]) == 0
     text = page.page(str(tmp_path / "results"))
-    for b in BENCHMARKS:
+    for b in BENCHMARKS if names == ["all"] else [b for b in BENCHMARKS if b.name in names]:
         r = json.loads((out / f"{b.name}.json").read_text())
         assert RECORD_FIELDS <= set(r["record"]) and r["quick"], b.name
         if "skipped" in r:  # only for a package this machine lacks
@@ -49,6 +58,16 @@ def test_every_benchmark_runs_at_its_smoke_budget_and_its_page_section_shows_it(
     assert peer_runs[0]["final_return_mean"] == 500.0 and peer_runs[0]["time_to_target_s"] == peer_runs[0]["process_s"]
     assert "verdict" in json.loads((out / "compression_cartpole.json").read_text())
     assert json.loads((out / "loop_throughput.json").read_text())["rounds"] == 1  # --quick: one round
+
+
+def test_one_benchmark_of_every_kind_runs_at_its_smoke_budget_and_its_page_section_shows_it(tmp_path):
+    assert {b.kind for b in BENCHMARKS if b.name in ONE_OF_EACH_KIND} == {b.kind for b in BENCHMARKS}
+    _smoke(tmp_path, list(ONE_OF_EACH_KIND))
+
+
+@pytest.mark.slow
+def test_every_benchmark_runs_at_its_smoke_budget_and_its_page_section_shows_it(tmp_path):
+    _smoke(tmp_path, ["all"])
 
 
 def test_page_regenerates_byte_for_byte_from_the_fixture_and_the_committed_results(tmp_path):

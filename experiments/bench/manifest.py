@@ -119,7 +119,7 @@ BENCHMARKS = (
         {f"{loop}, {comp}": {"loop": loop, "compressor": comp}
          for comp in ("none", "distill:small") for loop in ("bare", "anakin", "sequential")},
         ("steps_per_s", "bare, none"),
-        dict(env="gymnax:CartPole-v1", updates=600, log_every=10, loss="actor-critic", repeats=3),
+        dict(env="gymnax:CartPole-v1", updates=4000, log_every=10, loss="actor-critic", repeats=3),
         dict(updates=8, log_every=2, configs=["bare, none", "anakin, none"])),
     Benchmark(
         "sebulba_pong", "throughput",
