@@ -36,7 +36,8 @@ class Config:
     preset: Optional[str] = None
     """Start from named settings for an environment family: 'classic' (gymnax classic control; the
     defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, Sebulba), 'mujoco' (envpool MuJoCo,
-    APPO); see accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
+    APPO), 'search' (a search agent on CartPole), 'connect4' (Connect Four by self-play); see
+    accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
     config: Optional[str] = None
     """A YAML or TOML file of settings (these flags' names, e.g. 'num_envs: 64'), applied after --preset;
     flags on the command line override it."""
