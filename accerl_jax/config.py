@@ -18,6 +18,10 @@ AGENTS = ("actor-critic", "search")
 NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 SEARCH_TARGETS = ("search", "learner")  # --search-target (accerl_jax.search.targets)
 MINIBATCH_UNITS = ("columns", "transitions")  # --minibatch-unit (accerl_jax.learner.LossConfig)
+# --env pgx:<game>: the pgx games (https://github.com/sotetsuk/pgx) the search agent plays by self-play:
+# two-player, zero-sum, perfect information, deterministic (accerl_jax.envs.pgx_env).
+PGX_GAMES = ("animal_shogi", "chess", "connect_four", "gardner_chess", "go_9x9", "go_19x19", "hex", "othello",
+             "shogi", "tic_tac_toe")
 
 
 class ConfigError(ValueError):
@@ -32,13 +36,15 @@ class Config:
     preset: Optional[str] = None
     """Start from named settings for an environment family: 'classic' (gymnax classic control; the
     defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, Sebulba), 'mujoco' (envpool MuJoCo,
-    APPO); see accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
+    APPO), 'search' (a search agent on CartPole), 'connect4' (Connect Four by self-play); see
+    accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
     config: Optional[str] = None
     """A YAML or TOML file of settings (these flags' names, e.g. 'num_envs: 64'), applied after --preset;
     flags on the command line override it."""
     env: str = "gymnax:CartPole-v1"
-    """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar) or 'envpool:<id>'
-    (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1)."""
+    """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar), 'envpool:<id>'
+    (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1) or, with --agent search, a two-player
+    board game by self-play, 'pgx:<game>' (e.g. pgx:connect_four, pgx:tic_tac_toe)."""
     compressor: str = "none"
     """Actor policy compressor: 'none' (default: the learner's own policy, the fastest choice where actor,
     learner and compression share one CPU; see README "Where compression pays");
@@ -125,7 +131,8 @@ class Config:
     """The agent family: 'actor-critic' (default: IMPALA, Retrace or APPO, see --loss) or 'search' (Gumbel
     MuZero search with DeepMind's mctx at every env step, run with the actor's compressed network and the
     environment's own step as the model; the learner trains on the search's action weights and n-step
-    value targets; gymnax envs with discrete actions, Anakin loop)."""
+    value targets; gymnax envs with discrete actions, or pgx two-player games by self-play with game-outcome
+    value targets; Anakin loop)."""
     num_simulations: int = 16
     """--agent search: simulations per search (each one network evaluation; S + 1 per env step)."""
     max_depth: Optional[int] = None

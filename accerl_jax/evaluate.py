@@ -55,6 +55,8 @@ class Args:
     """A search run (--agent search): simulations of the search at every evaluated step."""
     no_search: tyro.conf.FlagCreatePairsOff[bool] = False  # one flag, --no-search (no --no-no-search)
     """A search run: play its network alone (sampled, or with --greedy its argmax) instead of searching."""
+    opponent_simulations: int = 64
+    """A two-player game (pgx:<game>): simulations per move of the MCTS opponent (random rollouts)."""
 
 
 def check_args(args: Args) -> None:
@@ -82,6 +84,8 @@ def check_args(args: Args) -> None:
         raise ConfigError(f"bad --step {args.step}; expected a checkpoint's update (an integer >= 0)")
     if args.video is not None:
         check_video_path(args.video)
+    if not 0 < args.opponent_simulations <= 4096:
+        raise ConfigError(f"bad --opponent-simulations {args.opponent_simulations}; expected an integer in [1, 4096]")
 
 
 def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False,
@@ -223,6 +227,13 @@ def evaluate(args: Args) -> dict:
     from accerl_jax.search.evaluation import search_settings
 
     search = search_settings(trained.cfg, args.num_simulations, args.no_search)
+    if trained.cfg.env.startswith("pgx:"):
+        if args.video is not None:
+            raise ConfigError(f"bad --video {args.video!r} for {trained.cfg.env}: a two-player game is evaluated by "
+                              "matches, which film nothing; drop --video")
+        record = _two_player_record(trained, args, search)
+        monitor.atomic_write(out_path, json.dumps(record, indent=2) + "\n")
+        return record
     played = play(trained, args.episodes, greedy=args.greedy, seed=args.seed, progress=args.progress, search=search)
     record = {
         "run_dir": trained.run_dir,
@@ -256,6 +267,34 @@ def evaluate(args: Args) -> dict:
     return record
 
 
+def _two_player_record(trained, args: Args, search) -> dict:
+    """The eval record of a two-player game's run: ``--episodes`` games against each fixed opponent
+    (:mod:`accerl_jax.search.matches`: uniformly random legal moves, and plain MCTS with random rollouts
+    at ``--opponent-simulations``), half of them with each colour; the agent searches with ``search``
+    (None: its network alone)."""
+    import jax
+
+    from accerl_jax.search import matches
+    from accerl_jax.seeds import EvalUse, eval_key
+
+    model = trained.env.model
+    if search is None:
+        agent = matches.network_player(trained.apply, trained.params, model, args.greedy)
+    else:
+        agent = matches.search_player(trained.apply, trained.params, model, search, args.greedy)
+    key = eval_key(args.seed, EvalUse.MATCHES)
+    opponents = {"random": matches.random_player(model), "mcts": matches.mcts_player(model, args.opponent_simulations)}
+    results = {name: matches.play_match(model, agent, opponent, args.episodes, jax.random.fold_in(key, i))
+               for i, (name, opponent) in enumerate(opponents.items())}
+    return {
+        "run_dir": trained.run_dir, "checkpoint_update": trained.step, "env": trained.cfg.env,
+        "compressor": trained.cfg.compressor, "policy": args.policy, "greedy": args.greedy,
+        "search_simulations": None if search is None else search.num_simulations,
+        "episodes": args.episodes, "seed": args.seed, "opponent_simulations": args.opponent_simulations,
+        "matches": results,
+    }
+
+
 def _read_json(path: str) -> dict:
     try:
         with open(path) as f:
@@ -272,6 +311,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    searched = "" if record["search_simulations"] is None else f", search of {record['search_simulations']} simulations"
+    if "matches" in record:
+        print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "
+              f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}{searched}), "
+              f"{record['episodes']} games per opponent, half each colour:")
+        for name, m in record["matches"].items():
+            what = "uniformly random legal moves" if name == "random" else \
+                f"MCTS, {record['opponent_simulations']} simulations, random rollouts"
+            print(f"  vs {name} ({what}): win {m['wins']} draw {m['draws']} loss {m['losses']}")
+        print(f"written: {os.path.join(record['run_dir'], EVAL_FILE)}")
+        return 0
     r, n = record["return"], record["length"]
     searched = "" if record["search_simulations"] is None else f", search of {record['search_simulations']} simulations"
     print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "

@@ -126,6 +126,8 @@ class LossConfig:
         no minibatch needs a sequence).
       search_target: ``"search"``: the policy target, ``"search"`` (the search's action weights) or
         ``"learner"`` (recomputed with the learner's prior and value, :mod:`accerl_jax.search.targets`).
+      value_target: ``"search"``: ``"n-step"`` (n-step returns, one-player envs) or ``"outcome"`` (the
+        game's outcome for the player to move, self-play two-player games: ``--env pgx:<game>``).
     """
 
     corrector: str = "vtrace"
@@ -143,6 +145,7 @@ class LossConfig:
     normalize_advantages: bool = False
     minibatch_unit: str = "columns"
     search_target: str = "search"
+    value_target: str = "n-step"
 
     def __post_init__(self):
         conflict = loss_conflict(self.loss, self.corrector, self.epochs, self.minibatches)

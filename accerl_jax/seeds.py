@@ -55,6 +55,7 @@ class EvalUse(enum.IntEnum):
     HELD_RESET = 2  # export: the envs whose observations the KL/agreement are measured on
     HELD_ACTIONS = 3
     EXPORT_CHECK = 4  # export: the key the exported program is checked against the framework with
+    MATCHES = 5  # evaluate of a two-player game: the matches against the fixed opponents (accerl_jax.search.matches)
 
 
 def eval_envpool_seed(eval_seed: int, num_envs: int) -> int:

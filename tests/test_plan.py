@@ -32,6 +32,8 @@ ENVS = {
     "envpool:HalfCheetah-v4": EnvInfo("envpool:HalfCheetah-v4", 8, (17,), "float32", 0, False, False, 1000,
                                       action_shape=(6,), action_low=(-1.0,) * 6, action_high=(1.0,) * 6,
                                       delayed_reset=True),
+    "pgx:connect_four": EnvInfo("pgx:connect_four", 8, (84,), "float32", 7, False, True, 42),
+    "pgx:connect4": EnvInfo("pgx:connect4", 8, (84,), "float32", 7, False, True, 42),  # no such game
 }
 BASE = {"num_envs": 8, "rollout_length": 8, "total_steps": 256, "progress": False}
 TWO = {"num_processes": 2}  # Machine facts of one process of a two-process run
@@ -210,6 +212,10 @@ REFUSALS = [
     ("gumbel-scale-negative", dict(agent="search", gumbel_scale=-1.0), {}, None, ["bad --gumbel-scale -1.0", ">= 0"]),
     ("search-envpool", dict(agent="search", env="envpool:CartPole-v1"), {}, None,
      ["bad --env 'envpool:CartPole-v1' with --agent search", "gymnax"]),
+    ("pgx-unknown-game", dict(agent="search", env="pgx:connect4"), {}, None,
+     ["bad --env 'pgx:connect4'", "unknown pgx game 'connect4'", "connect_four, gardner_chess"]),
+    ("pgx-actor-critic", dict(env="pgx:connect_four"), {}, None,
+     ["bad --agent actor-critic for --env pgx:connect_four", "use --agent search"]),
     ("search-continuous", dict(agent="search", env="gymnax:Pendulum-v1"), {}, None,
      ["bad --agent search for gymnax:Pendulum-v1", "discrete actions"]),
     ("search-sequential", dict(agent="search", loop="sequential"), {}, None,

@@ -27,7 +27,7 @@ from accerl_jax import networks
 from accerl_jax.run.checkpoint import LAYOUT_FIELDS, RESUME_MAY_CHANGE, ResumePoint
 from accerl_jax.compressor import Compressor, make_compressor, uses_registered
 from accerl_jax.compressor.auto import parse_candidates
-from accerl_jax.config import Config, ConfigError, flag, validate
+from accerl_jax.config import PGX_GAMES, Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.platform import xla
 from accerl_jax.run.folder import refuse_taken
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX'
     from accerl_jax.envs import EnvInfo  # process must not before it joins (accerl_jax.run.distributed.join)
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
+JITTABLE_BACKENDS = ("gymnax:", "pgx:")  # --env prefixes of pure JAX envs (the Anakin loop steps them in its program)
 MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
 SEBULBA_FLAGS = {"actor_threads": 1, "actor_batch": 0, "actor_device": "cpu", "queue_size": 2}
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
@@ -158,6 +159,7 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
         epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step, search_target=cfg.search_target,
         normalize_advantages=cfg.normalize_advantages, minibatch_unit=cfg.minibatch_unit,
+        value_target="outcome" if cfg.env.startswith("pgx:") else "n-step",
     )
 
 
@@ -202,15 +204,24 @@ def check_search(cfg: Config) -> None:
     the env's action space are checked where they are known (:func:`choose_loop`, :func:`make_plan`).
 
     Raises:
-      ConfigError: an env that is not gymnax (the search steps the env's own model), ``--corrector retrace``
+      ConfigError: a pgx env with another agent or an unknown game (:data:`accerl_jax.config.PGX_GAMES`);
+        an env that is neither gymnax nor pgx (the search steps the env's own model), ``--corrector retrace``
         (the search's loss uses no corrector; retrace would only add a Q head). ``--compressor auto`` runs:
         its gate resolves it to one compressor before training (:mod:`accerl_jax.run.auto_gate`).
     """
+    if cfg.env.startswith("pgx:"):
+        game = cfg.env.partition(":")[2]
+        if game not in PGX_GAMES:
+            raise ConfigError(f"bad --env {cfg.env!r}: unknown pgx game {game!r}; expected pgx:<game> with <game> one "
+                              f"of {', '.join(PGX_GAMES)}")
+        if cfg.agent != "search":
+            raise ConfigError(f"bad --agent {cfg.agent} for --env {cfg.env}: two-player games are learned by self-play "
+                              "with the search agent only; use --agent search (or --preset connect4)")
     if cfg.agent != "search":
         return
-    if not cfg.env.startswith("gymnax:"):
+    if not cfg.env.startswith(JITTABLE_BACKENDS):
         raise ConfigError(f"bad --env {cfg.env!r} with --agent search: the search steps the environment's own "
-                          "model, which only gymnax envs expose; use a gymnax:<id> env")
+                          "model, which only gymnax and pgx envs expose; use a gymnax:<id> or pgx:<game> env")
     if cfg.corrector == "retrace":
         raise ConfigError("bad --corrector retrace with --agent search: the search's loss takes no corrector and "
                           "retrace would add an unused Q head; leave --corrector out")
@@ -239,7 +250,7 @@ def check_multi_host(cfg: Config, loop: str) -> None:
         Anakin loop (the sequential loop's actors keep process-local state, which a checkpoint does not hold).
     """
     if loop == "anakin":
-        if not cfg.env.startswith("gymnax:"):
+        if not cfg.env.startswith(JITTABLE_BACKENDS):
             raise ConfigError(f"bad --loop anakin for {cfg.env} with several processes: envpool's XLA step cannot "
                               "be partitioned over the processes' devices; use --loop sequential")
         if cfg.num_seeds > 1:
@@ -266,7 +277,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
       ConfigError: a loop that cannot run what ``cfg`` asks for (``--num-seeds`` > 1 outside Anakin;
         see :func:`check_anakin`, :func:`check_sebulba` and, with several processes, :func:`check_multi_host`).
     """
-    jittable = cfg.env.startswith("gymnax:")
+    jittable = cfg.env.startswith(JITTABLE_BACKENDS)
     loop = cfg.loop
     if loop == "auto":
         if cfg.env.startswith("envpool:"):

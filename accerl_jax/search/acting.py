@@ -15,6 +15,13 @@ action weights (the policy targets), root value and the root's Q-values and visi
 ``--search-target learner`` rebuilds the targets from, :func:`accerl_jax.search.targets.improved_policy`);
 its ``log_prob`` is ``log w_a`` of the action the search chose (Gumbel MuZero picks it by sequential
 halving, not by sampling ``w``).
+
+Two-player games (pgx, :class:`accerl_jax.envs.pgx_env.PgxModel`, ``model.two_player``): the embedding is
+the pgx game state; every value is from the perspective of the player to move at its node and every
+reward that of the move's mover, so the discount is -1 per ply (0 into and below a game end), which makes
+mctx's ``Q(s, a) = r + discount · v(s')`` the mover's value of its move (the convention of mctx's and pgx's
+own AlphaZero examples). Illegal moves are masked: at the root by mctx's ``invalid_actions``, below it by
+setting their prior logits to the float32 minimum (mctx's own masking), so no simulation takes one.
 """
 from __future__ import annotations
 
@@ -59,6 +66,8 @@ class SearchRollout(NamedTuple):
       root_qvalues: ``[T, B, A]`` float32, the root's Q-values ``r + γ v(child)`` of the tree (``mctx``
         ``SearchSummary.qvalues``; 0 for an unvisited action, whose Q the targets complete).
       root_visits: ``[T, B, A]`` float32, the root's visit counts per action (``SearchSummary.visit_counts``).
+      legal_actions: ``[T, B, A]`` bool, the legal moves at each step (two-player games), or None (every
+        action legal: gymnax envs).
     """
 
     obs: jax.Array
@@ -75,6 +84,7 @@ class SearchRollout(NamedTuple):
     root_value: jax.Array
     root_qvalues: jax.Array
     root_visits: jax.Array
+    legal_actions: Any = None
 
 
 class SearchOutput(NamedTuple):
@@ -98,11 +108,51 @@ class SearchOutput(NamedTuple):
 
 
 class Node(NamedTuple):
-    """The search's embedding of one state: the gymnax env state (leaves ``[B, ...]``) and whether its
-    episode has terminated on the way from the root (``[B]`` bool)."""
+    """The search's embedding of one state: the model's state (gymnax env state or pgx game, leaves
+    ``[B, ...]``) and whether its episode has terminated on the way from the root (``[B]`` bool)."""
 
     state: Any
     terminal: jax.Array
+
+
+class GymnaxModel:
+    """A gymnax environment as the search's model: one player, no action masks.
+
+    Args:
+      model: ``(environment, env params)`` (:attr:`accerl_jax.envs.gymnax_env.GymnaxEnv.model`).
+    """
+
+    two_player = False
+
+    def __init__(self, model):
+        self.env, self.params = model
+
+    def step(self, keys: jax.Array, state, action: jax.Array):
+        """``(next obs [B, *obs_shape] float32, state, reward [B] float32, terminated [B] bool)`` of one
+        ``step_env`` (no auto-reset) from ``keys [B, 2]``, ``state`` and ``action [B]``."""
+        obs, state, reward, terminated, _ = jax.vmap(self.env.step_env, in_axes=(0, 0, 0, None))(
+            keys, state, action, self.params)
+        return obs.astype(jnp.float32), state, reward.astype(jnp.float32), terminated
+
+    def legal(self, state) -> None:
+        """None: every action is legal."""
+        return None
+
+
+def search_model(model):
+    """The search's model for an adapter's ``model``: a gymnax ``(environment, params)`` pair becomes a
+    :class:`GymnaxModel`; a model with its own ``step``/``legal``/``two_player`` (pgx's
+    :class:`~accerl_jax.envs.pgx_env.PgxModel`) is returned as it is."""
+    return GymnaxModel(model) if isinstance(model, tuple) else model
+
+
+def mask_logits(logits: jax.Array, legal: jax.Array | None) -> jax.Array:
+    """``[B, A]`` float32 logits with illegal actions (``legal [B, A]`` bool False) at the float32 minimum
+    after subtracting the max (mctx's masking), or ``logits`` unchanged for ``legal`` None."""
+    if legal is None:
+        return logits
+    logits = logits - jnp.max(logits, axis=-1, keepdims=True)
+    return jnp.where(legal, logits, jnp.finfo(logits.dtype).min)
 
 
 def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: jax.Array, env_state,
@@ -111,44 +161,48 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
 
     Args:
       apply: the actor's network, ``(params, obs [B, *obs_shape]) -> (logits [B, A], value [B], ...)``.
-      model: ``(environment, env params)`` of gymnax (:attr:`~accerl_jax.envs.gymnax_env.GymnaxEnv.model`).
+      model: ``(environment, env params)`` of gymnax (:attr:`~accerl_jax.envs.gymnax_env.GymnaxEnv.model`),
+        or a two-player game's model (:attr:`~accerl_jax.envs.pgx_env.PgxEnv.model`; ``settings.discount``
+        is then replaced by -1 per ply, module docstring).
       settings: :class:`SearchSettings`.
       params: the actor's parameters (whatever the compressor produced).
-      obs: ``[B, *obs_shape]`` float32 observations of the roots.
-      env_state: the gymnax env states of the roots (leaves ``[B, ...]``).
+      obs: ``[B, *obs_shape]`` float32 observations of the roots (the player to move's, in a game).
+      env_state: the model states of the roots (leaves ``[B, ...]``; a pgx game's State).
       key: ``[2]`` uint32 PRNG key (Gumbel noise, the model's own randomness).
 
     Returns:
       :class:`SearchOutput` (a tuple ``(action, log_prob, action_weights, root_value, root_qvalues,
       root_visits)``).
     """
-    gym, gym_params = model
-    discount = jnp.float32(settings.discount)
+    model = search_model(model)
+    # Two players: each node's value is its mover's, so a child's value counts negated (discount -1).
+    discount = jnp.float32(-1.0 if model.two_player else settings.discount)
 
     def evaluate(p, o):
         logits, value = apply(p, o)[:2]
         return logits.astype(jnp.float32), value.astype(jnp.float32)
 
     logits, value = evaluate(params, obs)
+    legal = model.legal(env_state)
     b = obs.shape[0]
-    root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=Node(env_state, jnp.zeros((b,), bool)))
+    root = mctx.RootFnOutput(prior_logits=mask_logits(logits, legal), value=value,
+                             embedding=Node(env_state, jnp.zeros((b,), bool)))
 
     def recurrent_fn(p, rng, action, node: Node):
-        keys = jax.random.split(rng, b)
-        next_obs, state, reward, terminated, _ = jax.vmap(gym.step_env, in_axes=(0, 0, 0, None))(
-            keys, node.state, action, gym_params)
-        child_logits, child_value = evaluate(p, next_obs.astype(jnp.float32))
+        next_obs, state, reward, terminated = model.step(jax.random.split(rng, b), node.state, action)
+        child_logits, child_value = evaluate(p, next_obs)
         ended = node.terminal | terminated  # below a terminal state nothing happens any more
         out = mctx.RecurrentFnOutput(
-            reward=jnp.where(node.terminal, 0.0, reward.astype(jnp.float32)),
+            reward=jnp.where(node.terminal, 0.0, reward),
             discount=jnp.where(ended, 0.0, discount),
-            prior_logits=child_logits,
+            prior_logits=mask_logits(child_logits, model.legal(state)),
             value=jnp.where(ended, 0.0, child_value),
         )
         return out, Node(state, ended)
 
     out = mctx.gumbel_muzero_policy(
         params, key, root, recurrent_fn, num_simulations=settings.num_simulations, max_depth=settings.max_depth,
+        invalid_actions=None if legal is None else jnp.logical_not(legal),
         max_num_considered_actions=settings.max_num_considered_actions, gumbel_scale=settings.gumbel_scale)
     action = out.action.astype(jnp.int32)
     weights = out.action_weights.astype(jnp.float32)
@@ -164,7 +218,8 @@ class SearchActor(AnakinActor):
     rollout, returning a :class:`SearchRollout` ``[T, B, ...]``.
 
     Args:
-      env: a gymnax adapter (:class:`~accerl_jax.envs.gymnax_env.GymnaxEnv`) with discrete actions.
+      env: a gymnax adapter (:class:`~accerl_jax.envs.gymnax_env.GymnaxEnv`) with discrete actions, or a
+        pgx one (:class:`~accerl_jax.envs.pgx_env.PgxEnv`: self-play, legal moves recorded).
       apply, rollout_length, family: as :class:`~accerl_jax.actor.AnakinActor`.
       settings: :class:`SearchSettings`.
 
@@ -175,7 +230,7 @@ class SearchActor(AnakinActor):
     def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp", *,
                  settings: SearchSettings = SearchSettings()):
         if not hasattr(env, "model") or not env.info.jittable:
-            raise ValueError(f"{env.info.name}: a search needs a gymnax env as its model")
+            raise ValueError(f"{env.info.name}: a search needs a gymnax or pgx env as its model")
         if env.info.continuous:
             raise ValueError(f"{env.info.name}: a search needs discrete actions")
         super().__init__(env, apply, rollout_length, family)
@@ -187,13 +242,15 @@ class SearchActor(AnakinActor):
             def step(c: ActorCarry, _):
                 key, sub = jax.random.split(c.key)
                 out = search_policy(apply, model, settings, params, c.obs, c.env_state.env_state, sub)
+                legal = search_model(model).legal(c.env_state.env_state)
                 env_state, tr = env.step(c.env_state, out.action)
-                return ActorCarry(env_state, tr.obs, key), (c.obs, tr, out)
+                return ActorCarry(env_state, tr.obs, key), (c.obs, tr, out, legal)
 
-            carry, (obs, tr, out) = jax.lax.scan(step, carry, None, length=rollout_length)
+            carry, (obs, tr, out, legal) = jax.lax.scan(step, carry, None, length=rollout_length)
             rollout: Rollout = rollout_from_steps(obs, out.action, out.log_prob, tr, slots)
             return carry, SearchRollout(*rollout, action_weights=out.action_weights, root_value=out.root_value,
-                                        root_qvalues=out.root_qvalues, root_visits=out.root_visits)
+                                        root_qvalues=out.root_qvalues, root_visits=out.root_visits,
+                                        legal_actions=legal)
 
         self.rollout_fn = run
         self._rollout = xla.jit(run, family)

@@ -16,6 +16,13 @@ learner's own value at learner time (gradients stopped) under either policy targ
 root value, so the compressed network does not enter it -- cut at a termination, bootstrapped from the
 final observation's value at a truncation and at the rollout's last row
 (:func:`accerl_jax.learner.next_step_outputs`).
+
+Two-player games by self-play (``LossConfig.value_target == "outcome"``, ``--env pgx:<game>``): the
+value target is the game's **outcome** from the perspective of the player to move at each step
+(AlphaZero's ``z``, :func:`game_outcomes`), not bootstrapped; steps whose game has not ended by the
+rollout's last row have no outcome yet and count 0 in the value loss (their policy target still counts).
+Illegal moves (the rollout's ``legal_actions``) are masked out of the learner's policy: the cross-entropy
+and the entropy are over the legal moves only.
 """
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ import jax
 import jax.numpy as jnp
 
 from accerl_jax.learner import LearnerOutputs, LossConfig, next_step_outputs, ratio_sums
+
+MASKED_LOGIT = -1e9  # an illegal move's logit in the learner's policy (exp underflows to exactly 0)
 
 
 def n_step_returns(r_t: jax.Array, discount_t: jax.Array, v_t: jax.Array, done_t: jax.Array, n: int) -> jax.Array:
@@ -57,6 +66,35 @@ def n_step_returns(r_t: jax.Array, discount_t: jax.Array, v_t: jax.Array, done_t
         return r_t + discount_t * jnp.where(cut, v_t, nxt)
 
     return jax.lax.fori_loop(0, min(n, t) - 1, longer, g)
+
+
+def game_outcomes(r_t: jax.Array, done_t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The outcome of each step's game for the player who moved at that step, in a time-major ``[T, B]``
+    rollout of a two-player zero-sum game played by self-play (players alternate every step).
+
+    ``z_s = r_s`` at a game end (``done_s``), else ``z_s = r_s - z_{s+1}``: the next step is the other
+    player's, whose outcome is the negative. Only the game-ending steps carry a reward in pgx's board
+    games, so ``z_s = ±r_end``, +1 where the player to move at ``s`` goes on to win.
+
+    Args:
+      r_t: ``[T, B]`` float32 rewards of each move to its mover.
+      done_t: ``[T, B]`` bool, the game ended at this step.
+
+    Returns:
+      ``(z [T, B] float32, known [T, B] bool)``: ``known`` is False for steps whose game has not ended by
+      the last row (their ``z`` is meaningless, a partial sum).
+    """
+    def back(carry, x):
+        z_next, known_next = carry
+        r, done = x
+        z = jnp.where(done, r, r - z_next)
+        known = done | known_next
+        return (z, known), (z, known)
+
+    r_t = r_t.astype(jnp.float32)
+    init = (r_t[-1] * 0.0, jnp.logical_and(done_t[-1], False))  # from the inputs: varying like them under shard_map
+    _, (z, known) = jax.lax.scan(back, init, (r_t, done_t), reverse=True)
+    return z, known
 
 
 def improved_policy(prior_logits: jax.Array, value: jax.Array, qvalues: jax.Array, visit_counts: jax.Array,
@@ -127,7 +165,9 @@ def search_loss_sums(params, apply, batch, cfg: LossConfig):
     the learner's own logits and value at ``x_s``, gradients stopped), ``"value"`` ``½ (G_s - V(x_s))²`` with
     ``G_s`` the :func:`n_step_returns` of horizon ``cfg.n_step``, ``"entropy"`` ``H(π(·|x_s))``, ``"vs"``
     ``G_s``, ``"rho"`` and the :func:`~accerl_jax.learner.ratio_sums` of ``π(a_s|x_s) / w_{a_s}`` (the
-    learner's prior against the search policy that chose the action; a diagnostic, no correction).
+    learner's prior against the search policy that chose the action; a diagnostic, no correction). With
+    ``cfg.value_target == "outcome"`` (self-play games) ``G_s`` is :func:`game_outcomes`' ``z_s`` instead,
+    counted only where known; with the rollout's ``legal_actions`` the policy is over the legal moves only.
 
     Args:
       params: the learner's parameters.
@@ -140,14 +180,23 @@ def search_loss_sums(params, apply, batch, cfg: LossConfig):
       learner's outputs at ``batch.obs`` (gradients stopped; a distilling compressor's teacher outputs).
     """
     logits, v_tm1 = apply(params, batch.obs)[:2]
-    v_t = next_step_outputs(v_tm1, apply(params, batch.bootstrap_obs)[1], batch.truncated)
-    discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
-    done_t = batch.terminated | batch.truncated
-    returns = jax.lax.stop_gradient(n_step_returns(batch.reward, discount_t, v_t, done_t, cfg.n_step))
-    log_pi = jax.nn.log_softmax(logits.astype(jnp.float32))
     mask = batch.valid.astype(jnp.float32)
+    if cfg.value_target == "outcome":  # self-play: the game's outcome for the player to move, no bootstrap
+        outcome, known = game_outcomes(batch.reward, batch.terminated | batch.truncated)
+        returns, value_mask = outcome, mask * known.astype(jnp.float32)
+    else:
+        v_t = next_step_outputs(v_tm1, apply(params, batch.bootstrap_obs)[1], batch.truncated)
+        discount_t = cfg.discount * (1.0 - batch.terminated.astype(jnp.float32))
+        done_t = batch.terminated | batch.truncated
+        returns, value_mask = n_step_returns(batch.reward, discount_t, v_t, done_t, cfg.n_step), mask
+    returns = jax.lax.stop_gradient(returns)
+    legal = getattr(batch, "legal_actions", None)
+    # Illegal moves out of the policy: a large finite logit (not -inf), so that 0 weights times it stay 0.
+    masked = logits.astype(jnp.float32) if legal is None else jnp.where(legal, logits.astype(jnp.float32), MASKED_LOGIT)
+    log_pi = jax.nn.log_softmax(masked)
     if cfg.search_target == "learner":  # the learner's prior and root value in place of the actor's
-        weights = jax.lax.stop_gradient(improved_policy(logits, v_tm1, batch.root_qvalues, batch.root_visits))
+        weights = jax.lax.stop_gradient(improved_policy(logits, v_tm1, batch.root_qvalues, batch.root_visits,
+                                                        None if legal is None else jnp.logical_not(legal)))
     else:
         weights = batch.action_weights
     cross_entropy = -jnp.sum(weights * log_pi, axis=-1)
@@ -156,10 +205,10 @@ def search_loss_sums(params, apply, batch, cfg: LossConfig):
     log_rho = jax.lax.stop_gradient(log_pi_a) - batch.log_prob
     sums = {
         "pg": jnp.sum(mask * cross_entropy),
-        "value": jnp.sum(mask * 0.5 * (returns - v_tm1) ** 2),
+        "value": jnp.sum(value_mask * 0.5 * (returns - v_tm1) ** 2),
         "entropy": jnp.sum(mask * entropy),
         "rho": jnp.sum(mask * jnp.exp(log_rho)),
-        "vs": jnp.sum(mask * returns),
+        "vs": jnp.sum(value_mask * returns),
         **ratio_sums(log_rho, mask, cfg),
     }
     outputs = jax.lax.stop_gradient(LearnerOutputs(logits.astype(jnp.float32), v_tm1.astype(jnp.float32)))
