@@ -111,7 +111,7 @@ CASES = [
     ("env-no-backend", lambda t: _over(t) + ["--env", "CartPole-v1"], None,
      ["bad --env 'CartPole-v1'", "expected 'gymnax:<id>'"], SUB),
     ("env-unknown-backend", lambda t: _over(t) + ["--env", "gym:CartPole-v1"], None,
-     ["bad --env 'gym:CartPole-v1'", "or 'envpool:<id>'"], ""),
+     ["bad --env 'gym:CartPole-v1'", "'envpool:<id>'", "or 'pgx:<game>'"], ""),
     ("env-unknown-gymnax-id", lambda t: _over(t) + ["--env", "gymnax:NoSuchEnv"], None,
      ["unknown gymnax environment 'NoSuchEnv'", "known ones include"], ""),
     ("env-unknown-envpool-id", lambda t: _over(t) + ["--env", "envpool:NoSuchGame-v5"], None,

@@ -89,6 +89,17 @@ def test_interrupt_during_final_measurement_still_writes_summary(tmp_path, monke
         assert json.load(f)["updates"] == 6
 
 
+def test_interrupt_while_a_chunk_is_dispatched_ahead_counts_the_chunk_in_flight(tmp_path, monkeypatch):
+    """Anakin with one-update chunks (--checkpoint-every 1) runs two chunks in flight: Ctrl-C while chunk 3
+    is dispatched ahead (chunk 2 running) keeps chunk 2, as one chunk at a time would, and drops chunk 3."""
+    interrupt(monkeypatch, at=3)
+    cfg = tiny(tmp_path, loop="anakin", checkpoint_every=1)
+    summary = run_training(cfg)
+    assert summary["stopped"] == "interrupted" and summary["updates"] == 2
+    with open(f"{cfg.logdir}/metrics.csv") as f:
+        assert [line.split(",")[0] for line in f.readlines()[1:]] == ["2"]  # --log-every 2: one row
+
+
 def test_interrupt_before_first_update_frees_the_folder(tmp_path, monkeypatch):
     interrupt(monkeypatch, at=1)
     cfg = tiny(tmp_path)

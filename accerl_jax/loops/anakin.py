@@ -126,7 +126,7 @@ class AnakinStepper:
             metrics = [{name: v[last - 1] for name, v in o.metrics.items()} for o in outs]
             self.lag_versions = float(metrics[0].get("policy_lag_versions", np.nan))
             if self.pipelined:
-                if not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
+                if hard_stop is None and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
                     # Pipelined: the next chunk runs (dispatched already when depth 2) while the driver logs
                     # and checkpoints this one (a diverged state is never continued).
                     if not queue:
@@ -147,7 +147,7 @@ class AnakinStepper:
             yield Step(completed, last, metrics, [chunk_episodes(o, last) for o in outs],
                        None if bad else self._snapshot(new_state, completed), bad, refresh=refresh,
                        events=Events(decisions=decisions))
-            if hard_stop is not None:
+            if hard_stop is not None and not queue:  # the chunks dispatched before it are counted first
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:
                 queue.append(self._dispatch(new_state, end))
@@ -156,7 +156,9 @@ class AnakinStepper:
 
     def _dispatch_or_stop(self, queue, s: AnakinState, after: int):
         """Dispatch the chunk after update ``after`` from ``s`` onto ``queue``; a hard stop (second signal)
-        while dispatching is returned, to take effect once the finished chunk is counted."""
+        while dispatching is returned, to take effect once the chunks dispatched before it (the finished one
+        and, depth 2, the one in flight) are counted: as one chunk at a time would, the run then ends with
+        the update before the chunk whose dispatch was stopped."""
         try:
             queue.append(self._dispatch(s, after))
         except KeyboardInterrupt as err:
