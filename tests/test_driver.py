@@ -155,6 +155,20 @@ def test_rows_events_checkpoints_and_summary(tmp_path, monkeypatch):
     assert json.load(open(os.path.join(run.outputs.logdir, "summary.json")))["updates"] == 6
 
 
+def test_every_row_before_a_checkpoint_is_on_disk_when_it_is_saved(tmp_path, monkeypatch):
+    """The row files are flushed once a second (a flush per row cost host time beside the program); a
+    checkpoint flushes them first, so a run killed after it never resumes past rows that were lost."""
+    from accerl_jax.monitor import files
+
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 1e9)
+    run, snap = build(tiny(tmp_path / "run", checkpoint_every=4, log_every=1))
+    on_disk, real = [], run.outputs.saver.save
+    monkeypatch.setattr(run.outputs.saver, "save", lambda step, *a, **k: on_disk.append(
+        (step, [int(float(x["update"])) for x in rows(run.outputs.logdir)])) or real(step, *a, **k))
+    drive(run, FakeStepper(run, snap))
+    assert on_disk[0] == (4, [1, 2, 3, 4])
+
+
 def test_signal_is_deferred_to_the_update_boundary_then_resumed(tmp_path):
     """SIGTERM after update 3 (armed): the step in flight finishes, the driver saves update 3, logs its row and
     summarises; a resumed run continues from it with the restored Monitor (rows, times) and bookkeeping."""

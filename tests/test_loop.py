@@ -147,13 +147,13 @@ def test_compressed_run_refreshes_actor_policy_and_hands_back_params(tmp_path, m
     """int8 needs observations at init (the loop passes the first ones); every refresh of the actor's
     policy logs KL/agreement; ``run_training_result`` returns the trained params."""
     refreshes = []
-    real = run_lib.Monitor.log_refresh
+    real = run_lib.Monitor._refresh_tags  # a refresh's TensorBoard tags, in its row's event or one of its own
 
     def spy(self, update, divergence):
         refreshes.append((update, float(divergence["kl_learner_actor"]), float(divergence["action_agreement"])))
         return real(self, update, divergence)
 
-    monkeypatch.setattr(run_lib.Monitor, "log_refresh", spy)
+    monkeypatch.setattr(run_lib.Monitor, "_refresh_tags", spy)
     final = run_training_result(tiny(tmp_path, compressor="prune:0.5+int8"))
     summary = final.summary
     assert summary["stopped"] is None

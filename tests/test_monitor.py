@@ -315,13 +315,14 @@ def test_tensorboard_gets_every_finite_scalar_of_every_row_at_its_env_steps(tmp_
     monitor.log(1, {"loss": 0.5, "kl": float("nan")})
     monitor.log_refresh(1, {"kl_learner_actor": 0.25})
     monitor.record_episodes(np.zeros((2, 4)), np.zeros((2, 4), bool), 8)
-    monitor.log(2, {"loss": 0.25, "kl": 0.125})
+    monitor.log(2, {"loss": 0.25, "kl": 0.125}, refresh={"kl_learner_actor": 0.5})  # in the row's own event
     monitor.close()
     tb = read_tensorboard(str(tmp_path))
     assert tb["losses/loss"] == [(8, 0.5), (16, 0.25)]
     assert tb["train/kl"] == [(16, 0.125)]  # NaN is not written; a key of no group goes to train/
     assert tb["charts/return_mean"] == [(8, 3.0), (16, 3.0)] and tb["charts/env_steps"] == [(8, 8.0), (16, 16.0)]
-    assert tb["refresh/kl_learner_actor"] == [(8, 0.25)] and tb["refresh/update"] == [(8, 1.0)]
+    assert tb["refresh/kl_learner_actor"] == [(8, 0.25), (16, 0.5)] and tb["refresh/update"] == [(8, 1.0), (16, 2.0)]
+    assert monitor.refreshes == 2
     assert tb["time/learner"] == [(8, 0.0), (16, 0.0)]
     finite = {tensorboard_tag(k) for k, v in monitor.rows[-1].items() if math.isfinite(v)}
     assert "charts/update" not in tb and "charts/length_mean" not in tb and finite - {"train/update"} <= set(tb)
@@ -333,6 +334,27 @@ def test_tensorboard_tags_are_grouped_like_cleanrl():
                                          "time_distill_s", "refresh/kl", "something_new")] == [
         "charts/return_mean", "losses/loss", "ratios/rho_clipped_mass", "policy/kl_learner_actor",
         "time/distill", "refresh/kl", "train/something_new"]
+
+
+def test_row_files_are_flushed_once_a_second_and_at_flush(tmp_path, monkeypatch):
+    """A flush per row cost host time beside the program: rows reach the disk at most FLUSH_EVERY_S late,
+    and at once at :meth:`Monitor.flush` (every checkpoint) and at close."""
+    from accerl_jax.monitor import files
+
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 1e9)
+    monitor = Monitor(str(tmp_path), 100, progress=False)
+    monitor.log(1, {"loss": 1.0})
+    monitor.log(2, {"loss": 2.0})
+    assert read_csv(tmp_path) == [] and read_jsonl(tmp_path) == []  # buffered
+    monitor.flush()
+    assert [int(r["update"]) for r in read_csv(tmp_path)] == [1, 2] and len(read_jsonl(tmp_path)) == 2
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 0.0)
+    monitor.log(3, {"loss": 3.0})
+    assert [int(r["update"]) for r in read_csv(tmp_path)] == [1, 2, 3] and len(read_jsonl(tmp_path)) == 3
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 1e9)
+    monitor.log(4, {"loss": 4.0})
+    monitor.close()
+    assert len(read_csv(tmp_path)) == 4 and len(read_jsonl(tmp_path)) == 4
 
 
 def test_trim_metrics_drops_later_rows_of_csv_and_jsonl(tmp_path):

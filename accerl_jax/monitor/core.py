@@ -166,10 +166,12 @@ class Monitor:
 
     table = staticmethod(table)
 
-    def log(self, update: int, metrics: dict) -> None:
+    def log(self, update: int, metrics: dict, refresh: dict | None = None) -> None:
         """Write one row to every sink (the package docstring) and refresh the progress bar.
 
         ``metrics``: [] scalars (floats or arrays) of the loop, added to the row under their own names.
+        ``refresh``: a refresh's divergences at this row's env step, logged as :meth:`log_refresh` does,
+        in the row's own TensorBoard event (one event per row instead of two).
         """
         wall = self.wall_time
         row = {"update": update, "env_steps": self.env_steps, "wall_time_s": wall,
@@ -181,7 +183,7 @@ class Monitor:
         self._csv.write(row)
         self.rows.append(row)
         self._jsonl.write(row)
-        self._tensorboard.write(row, self.env_steps)
+        self._tensorboard.write({**row, **self._refresh_tags(update, refresh)} if refresh else row, self.env_steps)
         if self._wandb is not None:
             self._wandb.write(row)
         self._console.write(row, per_seed=bool(self.seeds))
@@ -191,9 +193,13 @@ class Monitor:
         """Log KL(π_learner ‖ π_actor) and agreement at a refresh of the actor's policy (TensorBoard,
         ``refresh/<name>``, against env steps); ``divergence`` as from
         :func:`~accerl_jax.monitor.divergence.policy_divergence`."""
+        self._tensorboard.add_scalars(self._refresh_tags(update, divergence), self.env_steps)
+
+    def _refresh_tags(self, update: int, divergence: dict) -> dict:
+        """A refresh's TensorBoard scalars (``refresh/<name>``, ``refresh/update``), counted in
+        :attr:`refreshes`."""
         self.refreshes += 1
-        self._tensorboard.add_scalars({**{f"refresh/{k}": v for k, v in divergence.items()},
-                                       "refresh/update": update}, self.env_steps)
+        return {**{f"refresh/{k}": v for k, v in divergence.items()}, "refresh/update": update}
 
     def log_decision(self, decision: dict) -> None:
         """Record a ``--compressor auto`` decision (:mod:`accerl_jax.compressor.auto`): one JSON line in
@@ -220,6 +226,12 @@ class Monitor:
             # The mean rate since the bar started (compilation included), of one seed's steps with --num-seeds.
             self._console.update(completed=self.env_steps, phase=phase, sps=self.env_steps / max(self.wall_time, 1e-9),
                                  ret=ret, unit="steps/s/seed" if self.seeds else "steps/s")
+
+    def flush(self) -> None:
+        """Write the row files' buffered rows now (``metrics.csv``, ``metrics.jsonl``; they are flushed at
+        most once a second while the run goes on, :data:`accerl_jax.monitor.files.FLUSH_EVERY_S`)."""
+        self._csv.flush()
+        self._jsonl.flush()
 
     def close(self) -> None:
         """Stop the progress bar and close the log files (safe to call twice)."""

@@ -1,8 +1,12 @@
-"""``metrics.csv``: one row per logged update; the header is the first row's keys."""
+"""``metrics.csv``: one row per logged update; the header is the first row's keys. Flushed at most once
+per :data:`~accerl_jax.monitor.files.FLUSH_EVERY_S` while the run goes on, at every checkpoint and at the
+end (:class:`~accerl_jax.monitor.files.Flusher`)."""
 from __future__ import annotations
 
 import csv
 import os
+
+from accerl_jax.monitor.files import Flusher
 
 
 class CsvSink:
@@ -26,6 +30,7 @@ class CsvSink:
                 self._writer = csv.DictWriter(self._file, fieldnames=fieldnames)
         else:
             self._file = open(path, "w", newline="")
+        self._flush = Flusher(self._file)
 
     @property
     def closed(self) -> bool:
@@ -36,7 +41,11 @@ class CsvSink:
             self._writer = csv.DictWriter(self._file, fieldnames=list(row))
             self._writer.writeheader()
         self._writer.writerow({k: row.get(k, "") for k in self._writer.fieldnames})
-        self._file.flush()
+        self._flush.maybe()
+
+    def flush(self) -> None:
+        """Write what is buffered to the file now (a checkpoint calls it: rows before it are never lost)."""
+        self._flush.now()
 
     def close(self) -> None:
         self._file.close()

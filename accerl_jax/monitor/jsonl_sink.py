@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import json
 
-from accerl_jax.monitor.files import finite_or_none
+from accerl_jax.monitor.files import Flusher, finite_or_none
 
 
 class JsonlSink:
-    """Writes rows as JSON lines to ``path``, flushed after each; ``append``: continue the file."""
+    """Writes rows as JSON lines to ``path``, flushed as ``metrics.csv`` is
+    (:class:`~accerl_jax.monitor.files.Flusher`); ``append``: continue the file."""
 
     def __init__(self, path: str, append: bool = False):
         self._file = open(path, "a" if append else "w")
+        self._flush = Flusher(self._file)
 
     def write(self, row: dict) -> None:
         self._file.write(json.dumps(finite_or_none(row), allow_nan=False) + "\n")
-        self._file.flush()
+        self._flush.maybe()
+
+    def flush(self) -> None:
+        """Write what is buffered to the file now."""
+        self._flush.now()
 
     def close(self) -> None:
         self._file.close()

@@ -297,10 +297,8 @@ class Driver:
             run.outputs.monitor.set_env_time(min(env_s, run.outputs.monitor.times["actor"]))
         rows = []
         for k, m in enumerate(self.monitors):
-            if refresh:
-                m.log_refresh(update, refresh[k])
             row = dict(self.metrics[k], **extra[k])
-            m.log(update, row)
+            m.log(update, row, refresh[k] if refresh else None)
             rows.append(row)
         if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
             run.outputs.monitor.log(update, rows[0])
@@ -311,6 +309,8 @@ class Driver:
         run, stop = self.run, self.stop
         deferring, stop.deferring = stop.deferring, True
         try:
+            for m in {id(m): m for m in (*self.monitors, run.outputs.monitor)}.values():
+                m.flush()  # every row up to the checkpoint is on disk before it is
             run.outputs.saver.save(step, self.snapshot, {
                 "completed": step, "monitor": run.outputs.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
