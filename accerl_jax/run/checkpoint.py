@@ -299,8 +299,8 @@ def _ignore_closed_loop_callbacks(root: str) -> None:
     After one read of a damaged checkpoint fails, orbax raises at once and the other tensorstore reads
     still in flight finish on their own: (1) into orbax's already-closed asyncio loop, which Python reports
     as an "Exception ignored" ``RuntimeError('Event loop is closed')`` traceback, and (2) as tasks whose
-    exceptions nobody retrieves, which asyncio logs as "Task exception was never retrieved" when they are
-    garbage-collected (at any later moment, so the filter stays for the process's life). Either would print
+    exceptions nobody retrieves, which asyncio logs as "Task exception was never retrieved" (or "Future
+    exception was never retrieved", for a bare future) when they are garbage-collected (at any later moment, so the filter stays for the process's life). Either would print
     tracebacks under our one-line error. Drop exactly those reports: (1) by message, (2) only when the
     record names a file under ``root`` (every other report still goes where it went).
     """
@@ -324,10 +324,12 @@ def _ignore_closed_loop_callbacks(root: str) -> None:
 
 
 _ORPHAN_ROOTS: set = set()
+# asyncio's words for a task (asyncio.tasks) and for a bare future (asyncio.futures) whose exception nobody read
+_ORPHAN_MESSAGES = ("Task exception was never retrieved", "Future exception was never retrieved")
 
 
 class _OrphanedReadFilter(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" records of reads under a root in
+    """Drops asyncio's "Task/Future exception was never retrieved" records of reads under a root in
     ``_ORPHAN_ROOTS`` (see :func:`_ignore_closed_loop_callbacks`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -335,7 +337,7 @@ class _OrphanedReadFilter(logging.Filter):
             message = record.getMessage()
         except Exception:
             return True
-        if not message.startswith("Task exception was never retrieved"):
+        if not message.startswith(_ORPHAN_MESSAGES):
             return True
         text = message + (repr(record.exc_info[1]) if record.exc_info else "")
         return not any(root in text for root in _ORPHAN_ROOTS)
