@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from test_devices import RTOL, ATOL, _checkpoint_params, _digests, _free_port, _launch
 from two_devices import ROOT, device_env
@@ -45,6 +46,30 @@ def _summary(logdir) -> dict:
     return json.loads((logdir / "summary.json").read_text())
 
 
+def test_one_process_run_resumed_by_two_processes_equals_its_one_process_resume(tmp_path):
+    """Elastic, in the default tests (the slow test below also resumes two processes' run by two fresh ones
+    and by one; the default tests cover those in test_devices): a one-process run of 4 envs trains 2
+    updates; two fresh processes of 2 envs each ``--resume`` it to 4 updates and end with bitwise-equal
+    learners that equal, to float tolerance, the same run resumed to 4 updates by one process (the budget,
+    hence the learning-rate schedule, changes at the resume: a run trained to 4 updates at once differs)."""
+    import shutil
+
+    one, whole = tmp_path / "one", tmp_path / "whole"
+    _train(one, 1, FIRST, tmp_path / "o1", "--logdir", str(one))
+    shutil.copytree(one, whole)
+    outs = _train(one, 2, RESUMED, tmp_path / "o2", "--resume", str(one))
+    digests = _digests(outs)
+    assert digests[0] == digests[1]
+    summary = _summary(one)
+    assert summary["resumed_from_update"] == FIRST and summary["updates"] == RESUMED and summary["stopped"] is None
+    assert summary["num_processes"] == 2 and summary["learner_batch"] == 4
+    assert summary["learner_params_digest"] == digests[0]
+    _train(whole, 1, RESUMED, tmp_path / "o3", "--resume", str(whole))
+    for a, b in zip(_checkpoint_params(whole, RESUMED), _checkpoint_params(one, RESUMED), strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow  # 88 s of a test worker; its parts run in the default tests above and in test_devices
 def test_two_processes_resume_in_fresh_processes_and_elastically(tmp_path):
     """Two processes train 2 updates; two fresh processes ``--resume`` the run folder to 4 updates (exit 0,
     equal digests on both, the summary's update counts); a one-process run of the same global batch
