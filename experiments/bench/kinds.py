@@ -94,11 +94,12 @@ def _bare(fields: dict, updates: int, chunk: int) -> dict:
     from accerl_jax.compressor import make_compressor
     from accerl_jax.config import Config
     from accerl_jax.envs import make_env
+    from accerl_jax.run.plan import make_spec
 
     cfg = Config(**{k: v for k, v in fields.items() if k != "loop"})
     env = make_env(cfg.env, cfg.num_envs, cfg.seed)
     info = env.info
-    spec = networks.default_spec(info.obs_shape, info.num_actions, info.channels_first)
+    spec = make_spec(cfg, info)  # the network a run of cfg trains (--hidden-sizes included)
     apply = networks.make_apply(spec)
     comp = make_compressor(cfg.compressor, spec, apply, distill_steps=cfg.distill_steps,
                            distill_learning_rate=cfg.distill_learning_rate)
@@ -144,12 +145,14 @@ def _bare(fields: dict, updates: int, chunk: int) -> dict:
 
 def throughput(b, o: dict, rounds: int, peer: dict | None) -> dict:
     """Steady env steps/s of each configuration's loop (``bare``: :func:`_bare`) at ``updates`` updates,
-    rows from the second to the last of ``metrics.csv`` (the first include compilation)."""
+    rows from the second to the last of ``metrics.csv`` (the first include compilation); a configuration's
+    ``hidden_sizes`` sets the learner's widths (the default network's otherwise)."""
     sizes = {k: o[k] for k in ("env", "loss", "num_envs", "rollout_length") if k in o}
 
     def one(label, seed, r):
         c = b.configs[label]
-        fields = dict(sizes, compressor=c["compressor"], loop=c["loop"], seed=seed, log_every=o["log_every"])
+        fields = dict(sizes, compressor=c["compressor"], loop=c["loop"], seed=seed, log_every=o["log_every"],
+                      **{k: c[k] for k in ("hidden_sizes",) if k in c})
         steps = o["updates"] * fields.get("num_envs", 16) * fields.get("rollout_length", 16)
         if c["loop"] == "bare":
             return _bare(fields, o["updates"], o["log_every"])
