@@ -111,6 +111,13 @@ class Config:
     num_seeds: int = 1
     """Anakin only: train this many independent seeds (--seed, --seed + 1, ...) at once with vmap; each
     gets its own <logdir>/seed<k>/ with summary.json and metrics.csv."""
+    sweep: tuple[str, ...] = ()
+    """Anakin only: train every combination of these values at once, as one vmapped program (each
+    combination x --num-seeds seeds): items NAME=V1,V2,... of the learner's numbers that change no shape
+    (learning_rate, max_grad_norm, discount, lambda_, clip_rho_threshold, clip_pg_rho_threshold, value_coef,
+    entropy_coef, ppo_clip); several items form a grid, e.g. --sweep learning_rate=1e-3,3e-3
+    entropy_coef=0,0.01. Each run gets its own <logdir>/<name>=<value>-seed<j>/ with summary.json and
+    metrics.csv; the run's summary lists them."""
     actor_threads: int = 1
     """Sebulba: actor threads, each stepping its own envpool of num-envs / actor-threads environments
     (num-envs must be a multiple of it); the learner takes one rollout from each per update."""

@@ -48,6 +48,7 @@ by ``shard_map`` itself (its transpose of the replicated input is a ``psum``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -156,6 +157,67 @@ class LossConfig:
     def optimizer_steps(self) -> int:
         """Optimizer (gradient) steps per rollout: ``epochs * minibatches``."""
         return self.epochs * self.minibatches
+
+
+# The learner's numeric hyperparameters that change no shape: the update takes them as a traced input
+# (:func:`make_update`'s ``hyper``), so that runs differing only in their values share one compiled
+# program (the persistent cache's hit) and a sweep vmaps over them. The loss's, then the optimizer's.
+LOSS_HYPER = ("discount", "lambda_", "clip_rho_threshold", "clip_pg_rho_threshold", "value_coef", "entropy_coef",
+              "ppo_clip")
+OPTIMIZER_HYPER = ("learning_rate", "max_grad_norm")
+HYPER = LOSS_HYPER + OPTIMIZER_HYPER
+
+
+def with_hyper(cfg: LossConfig, hyper: dict) -> LossConfig:
+    """``cfg`` with its :data:`LOSS_HYPER` fields taken from ``hyper`` (``{name: [] float32}``, traced
+    inside a program); the rest (names, pass counts) stay static."""
+    return dataclasses.replace(cfg, **{k: hyper[k] for k in LOSS_HYPER})
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamConfig:
+    """The learner's optimizer as settings: Adam (ε = 1e-5) after global-norm gradient clipping, the
+    learning rate linear from ``learning_rate`` to 0 over ``total_steps`` optimizer steps (optax
+    ``linear_schedule``) or constant (``anneal=False``). :func:`make_update` builds it from its traced
+    ``hyper`` (``learning_rate``, ``max_grad_norm``), so another value reuses the compiled program;
+    ``init`` makes the (value-independent) optimizer state.
+
+    Attributes:
+      learning_rate: float, the initial learning rate (the default of ``hyper``).
+      max_grad_norm: float, the global-norm clip (the default of ``hyper``).
+      total_steps: int, optimizer steps over the run (the schedule's length).
+      anneal: bool, anneal linearly to 0 (True) or keep constant.
+    """
+
+    learning_rate: float
+    max_grad_norm: float
+    total_steps: int
+    anneal: bool = True
+
+    def schedule(self, learning_rate=None) -> optax.Schedule:
+        """The rate per optimizer step (:func:`make_schedule`) from ``learning_rate`` (float or traced
+        [] float32; default: :attr:`learning_rate`)."""
+        return make_schedule(self.learning_rate if learning_rate is None else learning_rate, self.total_steps,
+                             self.anneal)
+
+    def transform(self, learning_rate=None, max_grad_norm=None) -> optax.GradientTransformation:
+        """The optax transformation for these values (default: the attributes'), :func:`make_optimizer`."""
+        return make_optimizer(self.learning_rate if learning_rate is None else learning_rate,
+                              self.max_grad_norm if max_grad_norm is None else max_grad_norm,
+                              self.total_steps, self.anneal)
+
+    def init(self, params):
+        """The optimizer state for ``params`` (the same structure for every value)."""
+        return self.transform().init(params)
+
+
+def default_hyper(cfg: LossConfig, optimizer) -> dict:
+    """``{name: numpy float32 []}``: ``cfg``'s :data:`LOSS_HYPER` values and, for an :class:`AdamConfig`
+    ``optimizer``, its :data:`OPTIMIZER_HYPER` values: the ``hyper`` an update takes when given none."""
+    values = {k: getattr(cfg, k) for k in LOSS_HYPER}
+    if isinstance(optimizer, AdamConfig):
+        values.update(learning_rate=optimizer.learning_rate, max_grad_norm=optimizer.max_grad_norm)
+    return {k: np.float32(v) for k, v in values.items()}
 
 
 class LearnerOutputs(NamedTuple):
@@ -484,21 +546,31 @@ def make_update(
     learning_rate: optax.Schedule | None = None,
     outputs: bool = False,
 ):
-    """Build the jitted, data-parallel ``update(state, batch) -> (state, metrics)``
+    """Build the jitted, data-parallel ``update(state, batch, hyper=None) -> (state, metrics)``
     (``outputs``: ``-> (state, metrics, LearnerOutputs)``).
+
+    ``hyper`` (``{name: [] float32}``, :data:`HYPER`'s names) holds the numeric hyperparameters as an
+    *input* of the compiled program, not constants in it: :data:`LOSS_HYPER` replace ``cfg``'s fields and,
+    with an :class:`AdamConfig` optimizer, :data:`OPTIMIZER_HYPER` its learning rate and clip. Runs that
+    differ only in these values share one compiled program, and a caller may vmap over them (a sweep).
+    None: ``update.hyper`` (:func:`default_hyper`, the values of ``cfg`` and ``optimizer``). A caller that
+    traces the update inside a program of its own must pass ``hyper`` as that program's input, or the
+    values become its constants again.
 
     Args:
       apply: learner network apply function; for ``cfg.corrector == "retrace"`` the one that also returns
         Q (:func:`accerl_jax.networks.make_apply_with_q`).
-      optimizer: optax transformation (its schedule counts optimizer steps: ``cfg.optimizer_steps`` per
+      optimizer: an :class:`AdamConfig` (built from ``hyper``), or an optax transformation (its values
+        fixed in the program; its schedule counts optimizer steps: ``cfg.optimizer_steps`` per
         rollout).
       cfg: :class:`LossConfig`.
       mesh: 1-D mesh with axis ``"batch"``; default: all local devices.
       family: network family, for the compiler options (:func:`accerl_jax.platform.xla.options_for`) and, with APPO,
         whether its gradient steps are unrolled (:func:`accerl_jax.platform.xla.gradient_loop_unroll`: conv nets on
         XLA:CPU).
-      learning_rate: the optimizer's schedule (:func:`make_schedule`), to report the learning rate of
-        each step as the metric ``learning_rate``; None: not reported.
+      learning_rate: an optax transformation's schedule (:func:`make_schedule`), to report the learning
+        rate of each step as the metric ``learning_rate``; None: not reported. An :class:`AdamConfig`'s
+        rate is always reported.
       outputs: also return the :class:`LearnerOutputs` ``[T, B, ...]`` of the update's own forward pass
         over ``batch.obs`` under the parameters it starts from (APPO: θ_old), sharded like the batch: the
         teacher's outputs a distillation compressor reuses (no second forward pass).
@@ -520,8 +592,10 @@ def make_update(
     mesh = mesh or make_mesh()
     n_dev = mesh.devices.size
     platform = mesh.devices.flat[0].platform
+    defaults = default_hyper(cfg, optimizer)
+    traced_optimizer = isinstance(optimizer, AdamConfig)
 
-    def _grad_step(state: LearnerState, sums_fn):
+    def _grad_step(state: LearnerState, sums_fn, cfg: LossConfig, opt, schedule):
         """One optimizer step on the global masked-mean loss of ``sums_fn(params) -> (count, sums, aux)``;
         returns ``(state, metrics, aux)``."""
 
@@ -536,7 +610,7 @@ def make_update(
         # No psum of grads here: params are replicated (P()), so under shard_map's varying-axes checking
         # (check_vma=True) their gradient already is the sum over devices; a second psum doubled it.
         sums = jax.lax.psum(sums, AXIS)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {
             "loss": jax.lax.psum(loss, AXIS),
@@ -552,18 +626,25 @@ def make_update(
             "rho_beyond_frac": sums["rho_beyond"] / count,
             "rho_clipped_mass": sums["rho_excess"] / jnp.maximum(sums["rho_total"], 1e-30),
         }
-        if learning_rate is not None:  # the rate this step used: optax's schedule counts steps from 0
-            metrics["learning_rate"] = jnp.asarray(learning_rate(state.step), jnp.float32)
+        if schedule is not None:  # the rate this step used: optax's schedule counts steps from 0
+            metrics["learning_rate"] = jnp.asarray(schedule(state.step), jnp.float32)
         return LearnerState(params, opt_state, state.step + 1, state.key), metrics, aux
 
-    def _local(state: LearnerState, batch: Rollout):
+    def _local(state: LearnerState, batch: Rollout, hyper: dict):
+        cfg_h = with_hyper(cfg, hyper)
+        if traced_optimizer:
+            opt = optimizer.transform(hyper["learning_rate"], hyper["max_grad_norm"])
+            schedule = optimizer.schedule(hyper["learning_rate"])
+        else:
+            opt, schedule = optimizer, learning_rate
+        grad_step = functools.partial(_grad_step, cfg=cfg_h, opt=opt, schedule=schedule)
         if cfg.loss == "search":  # the search agent's loss; its package imports this module, hence here
             from accerl_jax.search.targets import search_loss_sums
 
-            return _grad_step(state, lambda p: search_loss_sums(p, apply, batch, cfg))
+            return grad_step(state, lambda p: search_loss_sums(p, apply, batch, cfg_h))
         if cfg.loss != "appo":
-            return _grad_step(state, lambda p: _loss_sums_and_outputs(p, apply, batch, cfg))
-        old, teacher = _appo_targets_and_outputs(state.params, apply, batch, cfg)
+            return grad_step(state, lambda p: _loss_sums_and_outputs(p, apply, batch, cfg_h))
+        old, teacher = _appo_targets_and_outputs(state.params, apply, batch, cfg_h)
         if cfg.minibatches > 1 and n_dev > 1:
             # Minibatches are drawn from the *global* batch: every device holds all of it (its columns in
             # device order, as sharded) and takes its share of each minibatch's columns.
@@ -579,21 +660,21 @@ def make_update(
             if cfg.normalize_advantages:
                 mask = sub.valid.astype(jnp.float32)
                 sub_old = sub_old._replace(advantage=normalized_advantages(sub_old.advantage, mask, AXIS))
-            return _grad_step(st, lambda p: (*appo_loss_sums(p, apply, sub, sub_old, cfg), ()))[:2]
+            return grad_step(st, lambda p: (*appo_loss_sums(p, apply, sub, sub_old, cfg_h), ()))[:2]
 
         steps = cfg.optimizer_steps
         state, metrics = jax.lax.scan(step, state, idx, unroll=xla.gradient_loop_unroll(family, steps, platform))
         return state, jax.tree.map(jnp.mean, metrics), teacher
 
-    def _local_out(state: LearnerState, batch: Rollout):
-        return _local(state, batch) if outputs else _local(state, batch)[:2]
+    def _local_out(state: LearnerState, batch: Rollout, hyper: dict):
+        return _local(state, batch, hyper) if outputs else _local(state, batch, hyper)[:2]
 
     batch_spec = P(None, AXIS)
     out_specs = (P(), P(), batch_spec) if outputs else (P(), P())
-    sharded = jax.shard_map(_local_out, mesh=mesh, in_specs=(P(), batch_spec), out_specs=out_specs)
+    sharded = jax.shard_map(_local_out, mesh=mesh, in_specs=(P(), batch_spec, P()), out_specs=out_specs)
     jitted = xla.jit(sharded, family)
 
-    def update(state: LearnerState, batch: Rollout):
+    def update(state: LearnerState, batch: Rollout, hyper: dict | None = None):
         b = batch.action.shape[1]
         conflict = batch_conflict(b, n_dev, cfg.minibatches)
         if conflict == "devices":
@@ -601,8 +682,9 @@ def make_update(
         if conflict == "minibatches":
             raise ValueError(f"batch size B={b} is not divisible by {n_dev} devices x {cfg.minibatches} minibatches; "
                              f"use a multiple of {n_dev * cfg.minibatches}")
-        return jitted(state, batch)
+        return jitted(state, batch, defaults if hyper is None else hyper)
 
+    update.hyper = defaults
     return update
 
 

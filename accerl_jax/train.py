@@ -19,9 +19,14 @@ from accerl_jax.run.signals import exit_code
 
 def plot_command(summary: dict) -> str:
     """The command that plots a finished run: its folder, or for ``--num-seeds`` > 1 its seeds' folders
-    (drawn as one curve, the mean over seeds, with their min-max band)."""
+    (drawn as one curve, the mean over seeds, with their min-max band; with ``--sweep`` one curve per
+    combination of values)."""
     seeds = summary.get("num_seeds", 1)
-    folders = [os.path.join(summary["logdir"], f"seed{k}") for k in range(seeds)] if seeds > 1 else [summary["logdir"]]
+    if seeds > 1 and summary.get("seeds"):  # each replica's folder (--num-seeds: seed<k>; --sweep: <values>-seed<k>)
+        folders = [p["logdir"] for p in summary["seeds"]]
+    else:
+        folders = ([os.path.join(summary["logdir"], f"seed{k}") for k in range(seeds)] if seeds > 1
+                   else [summary["logdir"]])
     return "python -m accerl_jax.plot " + " ".join(folders)
 
 

@@ -30,8 +30,9 @@ def fake_purejaxrl(root) -> str:
 
 # One benchmark of every kind (the cheapest at its smoke budget): the default command runs these; every
 # benchmark runs in the slow test (~3.5 min of one test worker for all twelve).
-ONE_OF_EACH_KIND = ("default_vs_purejaxrl", "quality_classic", "actor_time_cartpole", "loop_throughput",
-                    "compression_cartpole")
+# The training kind is covered by the compression kind, which runs it (kinds.compression) and adds the verdict.
+ONE_OF_EACH_KIND = ("default_vs_purejaxrl", "actor_time_cartpole", "loop_throughput", "compression_cartpole",
+                    "sweep_learning_rate")
 
 
 def _smoke(tmp_path, names: list[str]) -> None:
@@ -58,10 +59,19 @@ def _smoke(tmp_path, names: list[str]) -> None:
     assert peer_runs[0]["final_return_mean"] == 500.0 and peer_runs[0]["time_to_target_s"] == peer_runs[0]["process_s"]
     assert "verdict" in json.loads((out / "compression_cartpole.json").read_text())
     assert json.loads((out / "loop_throughput.json").read_text())["rounds"] == 1  # --quick: one round
+    swept = json.loads((out / "sweep_learning_rate.json").read_text())["runs"]
+    for label, n in (("sweep, 1 process", 1), ("separate, 8 processes", 2)):  # --quick: 2 values x 2 seeds
+        assert swept[label][0]["processes"] == n and len(swept[label][0]["returns"]) == 4, label
+    assert swept["sweep, 1 process"][0]["return_gap"] is not None
+    # The second separate run differs from the first only in its learning rate: every program it runs is the
+    # first one's, from the round's compilation cache (the learner's hyperparameters are program inputs).
+    assert swept["separate, 8 processes"][0]["compile_cache_misses"] == swept["separate, 8 processes"][0]["first_misses"]
 
 
 def test_one_benchmark_of_every_kind_runs_at_its_smoke_budget_and_its_page_section_shows_it(tmp_path):
-    assert {b.kind for b in BENCHMARKS if b.name in ONE_OF_EACH_KIND} == {b.kind for b in BENCHMARKS}
+    covered = {b.kind for b in BENCHMARKS if b.name in ONE_OF_EACH_KIND} | {"training"}
+    assert covered == {b.kind for b in BENCHMARKS}
+    assert kinds.KINDS["compression"].__code__.co_names.count("training")  # it runs the training kind
     _smoke(tmp_path, list(ONE_OF_EACH_KIND))
 
 

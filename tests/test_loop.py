@@ -41,10 +41,11 @@ def test_non_finite_loss_stops_run_and_summary_is_strict_json(tmp_path, monkeypa
     def poisoned(*args, **kwargs):
         update = real(*args, **kwargs)
 
-        def wrapped(state, batch):
-            state, metrics, *outputs = update(state, batch)  # outputs: the teacher's, for distillation
+        def wrapped(state, batch, hyper=None):
+            state, metrics, *outputs = update(state, batch, hyper)  # outputs: the teacher's, for distillation
             return (state, dict(metrics, loss=jnp.float32(math.nan)), *outputs)
 
+        wrapped.hyper = update.hyper
         return wrapped
 
     monkeypatch.setattr(learner, "make_update", poisoned)

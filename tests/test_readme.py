@@ -52,7 +52,7 @@ RESUME = re.compile(r"--resume (\S+)")
 
 # README headings whose blocks use only what they write themselves: they run in a second lane, beside the
 # other blocks (two processes at a time on two cores), which about halves this file's wall time.
-SIDE_LANE = ("Train on another environment", "Several seeds", "GPU, several devices, a cluster",
+SIDE_LANE = ("Train on another environment", "Several seeds", "Sweeps in one program", "GPU, several devices, a cluster",
              "Your own compressor")
 
 # A README line that contains the key is run as described by its value (or not run), for the reason given.

@@ -65,9 +65,9 @@ def poison_updates(monkeypatch, at: set[int], what: str) -> None:
     real = guard.guard_update
 
     def guard_update(update, on_nan):
-        def guarded(state, batch, update_number):
-            def poisoned(s, b):
-                s, metrics, *outputs = update(s, b)
+        def guarded(state, batch, update_number, hyper=None):
+            def poisoned(s, b, h=None):
+                s, metrics, *outputs = update(s, b, h)
                 hit = jnp.any(update_number == numbers)
                 if what == "params":
                     s = s._replace(params=jax.tree.map(lambda p: jnp.where(hit, p * jnp.nan, p), s.params))
@@ -75,7 +75,7 @@ def poison_updates(monkeypatch, at: set[int], what: str) -> None:
                     metrics = dict(metrics, **{what: jnp.where(hit, jnp.float32(jnp.nan), metrics[what])})
                 return (s, metrics, *outputs)
 
-            return real(poisoned, on_nan)(state, batch, update_number)
+            return real(poisoned, on_nan)(state, batch, update_number, hyper)
 
         return guarded
 

@@ -35,13 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.run import checkpoint
+from accerl_jax.run import checkpoint, replicas
 from accerl_jax.run.driver import Bad, Episodes, Events, Final, Step
 from accerl_jax.run.guard import MAX_SKIP_STREAK, quantity
 from accerl_jax.loops.anakin_auto import AutoChunks
 from accerl_jax.loops.anakin_program import AnakinState, UpdateOutput, _seed, make_chunk, unpack
 from accerl_jax.loops import pieces, shared
-from accerl_jax.loops.anakin_state import initial_state, local_view, place_state, restored_state
+from accerl_jax.loops.anakin_state import local_view, place_state, replica_states, restored_state
 from accerl_jax.run.build import Run
 
 
@@ -60,7 +60,7 @@ class AnakinStepper:
 
     def __init__(self, run: Run):
         self.run = run  # its actor runs in the fused program (envpool: AnakinActor, accerl_jax.run.build)
-        self.seeds, self.lag = run.cfg.num_seeds, run.cfg.policy_lag + 1
+        self.seeds, self.lag = replicas.count(run.cfg), run.cfg.policy_lag + 1  # replicas: seeds x sweep
         self.chunk_fn = AutoChunks(run) if run.plan.auto else make_chunk(run)
         self.fused_wait = float(run.extra.get("fused_wait_s", 0.0))  # seconds the host waited for the program
         self.state = self.chunk_end = None
@@ -100,8 +100,7 @@ class AnakinStepper:
     def steps(self, driver):
         run, seeds = self.run, self.seeds
         if run.plan.resume is None:
-            states = [initial_state(run, run.cfg.seed + k) for k in range(seeds)]
-            state = states[0] if seeds == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+            state = replica_states(run)
         else:
             state = restored_state(run, self.skipped.tolist())
         self.state = place_state(run, state)

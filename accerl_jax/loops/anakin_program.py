@@ -26,6 +26,7 @@ from accerl_jax.platform import xla
 from accerl_jax.actor import ActorCarry
 from accerl_jax.compressor import Compressor
 from accerl_jax.run import guard as guard_lib
+from accerl_jax.run import replicas
 from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.shared import learner_update
 from accerl_jax.run.build import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
@@ -50,6 +51,10 @@ class AnakinState(NamedTuple):
     # --normalize-observations / --normalize-rewards: the running statistics (accerl_jax.normalize.NormState),
     # replicated; None (no leaves) without normalisation
     normalizer: Any = None
+    # {name: [] float32}: the learner's hyperparameters (accerl_jax.learner.HYPER), an input of the program
+    # rather than its constants, so that a run with other values reuses the compiled chunk; not saved in
+    # checkpoints (a resumed run takes them from its settings)
+    hyper: Any = None
 
 
 class UpdateOutput(NamedTuple):
@@ -158,8 +163,8 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
         if normalizer is not None:
             raw, rollout = rollout, normalize.normalize_rollout(normalizer, rollout)
             normalizer = normalize.update_from_rollout(normalizer, raw.obs, raw.reward, raw.terminated | raw.truncated,
-                                                       raw.valid, cfg.discount)
-        learner, metrics, bad, *outputs = guarded(s.learner, rollout, it)
+                                                       raw.valid, cfg.discount if s.hyper is None else s.hyper["discount"])
+        learner, metrics, bad, *outputs = guarded(s.learner, rollout, it, s.hyper)
         bad = guard_lib.refine(bad, s.actor_params[0])  # a diverged student is named, not the learner
         if cfg.on_nan == "skip":
             skipped = s.skipped + (bad != FINITE).astype(jnp.int32)
@@ -192,6 +197,7 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
             bad_update=jnp.where(first_bad, it, s.bad_update),
             bad_quantity=jnp.where(first_bad, bad, s.bad_quantity),
             normalizer=normalizer,
+            hyper=s.hyper,
         )
         metrics = dict(metrics, skipped_updates=skipped.astype(jnp.float32),
                        policy_lag_versions=(s.update - s.versions[0]).astype(jnp.float32))
@@ -225,13 +231,14 @@ def state_sharding(run: Run | None = None):
     if run is None:
         return replicated
     if run.info.jittable:
-        batch = NamedSharding(mesh, P(None, learner_lib.AXIS) if run.cfg.num_seeds > 1 else P(learner_lib.AXIS))
+        batch = NamedSharding(mesh, P(None, learner_lib.AXIS) if replicas.count(run.cfg) > 1 else P(learner_lib.AXIS))
     else:
         batch = replicated
     return AnakinState(learner=replicated, actor_params=replicated, versions=replicated, compressor=replicated,
                        carry=ActorCarry(batch, batch, batch), obs=replicated, update=replicated,
                        skipped=replicated, streak=replicated, bad_update=replicated, bad_quantity=replicated,
-                       normalizer=replicated if normalizing(run) else None)
+                       normalizer=replicated if normalizing(run) else None,
+                       hyper=None if getattr(learner_update(run), "hyper", None) is None else replicated)
 
 
 def chunk_length(run: Run) -> int:
@@ -310,7 +317,7 @@ def make_chunk(run: Run, clipping: Callable | None = None, compressor: Compresso
                        clip)
         return state, pack(out, state), end
 
-    if run.cfg.num_seeds > 1:
+    if replicas.count(run.cfg) > 1:
         chunk = jax.vmap(chunk, in_axes=(0, None))
     # The outputs are small ([C, T, B] episode records, [] metrics) and replicated: with several processes
     # every process reads all episodes from its own copy.

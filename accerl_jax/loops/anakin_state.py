@@ -12,9 +12,10 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax import normalize
 from accerl_jax.platform import xla
+from accerl_jax.run import replicas
 from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.anakin_program import AnakinState, normalizing, state_sharding
-from accerl_jax.loops.shared import resumed_carry
+from accerl_jax.loops.shared import learner_update, resumed_carry
 from accerl_jax.run.build import Run, policy_versions
 
 
@@ -46,7 +47,27 @@ def _initial_state(run: Run, seed: int) -> AnakinState:
                   if normalizing(run) else None)
     return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero,
                        zero, zero,
-                       jnp.full((), FINITE, jnp.int32), normalizer)
+                       jnp.full((), FINITE, jnp.int32), normalizer, hyper_values(run))
+
+
+def hyper_values(run: Run, values: dict | None = None) -> dict:
+    """The run's learner hyperparameters as ``{name: [] float32}`` (the update's defaults,
+    :func:`accerl_jax.learner.default_hyper`, with ``values`` in place of theirs: a sweep's replica's): the
+    Anakin program's input, not its constants. None for an update that names none (a hand-made one: its
+    values stay its constants)."""
+    hyper = getattr(learner_update(run), "hyper", None)
+    if hyper is None:
+        return None
+    return {k: jnp.asarray(np.float32((values or {}).get(k, v))) for k, v in hyper.items()}
+
+
+def replica_states(run: Run) -> AnakinState:
+    """A new run's state for every replica (:mod:`accerl_jax.run.replicas`: ``--num-seeds``, ``--sweep``),
+    stacked along a leading replica axis when there are several: replica ``k`` starts as a run of its
+    seed and its swept values alone would."""
+    reps = replicas.replicas(run.cfg)
+    states = [initial_state(run, r.seed)._replace(hyper=hyper_values(run, r.values)) for r in reps]
+    return states[0] if len(states) == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
 
 def restored_state(run: Run, skipped) -> AnakinState:
@@ -58,7 +79,7 @@ def restored_state(run: Run, skipped) -> AnakinState:
     lag = cfg.policy_lag + 1
     lagged = (lagged[0],) * (lag - len(lagged)) + tuple(lagged)
     versions = jnp.asarray(policy_versions(completed, lag, cfg.compress_every), jnp.int32)
-    seeds = cfg.num_seeds
+    seeds = replicas.count(cfg)
     batch = run.info.num_envs * run.plan.num_processes  # the global batch
     obs = jnp.zeros((cfg.rollout_length * batch,) + tuple(run.info.obs_shape), carry.obs.dtype)
 
@@ -67,7 +88,18 @@ def restored_state(run: Run, skipped) -> AnakinState:
 
     return AnakinState(learner, lagged, per_seed(versions), comp_state, carry, per_seed(obs),
                        per_seed(jnp.int32(completed)), jnp.asarray(skipped, jnp.int32),
-                       per_seed(jnp.int32(0)), per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)), normalizer)
+                       per_seed(jnp.int32(0)), per_seed(jnp.int32(0)), per_seed(jnp.int32(FINITE)), normalizer,
+                       _replica_hyper(run))
+
+
+def _replica_hyper(run: Run):
+    """Each replica's hyperparameters (:func:`hyper_values`), stacked along the replica axis when there
+    are several."""
+    reps = replicas.replicas(run.cfg)
+    hypers = [hyper_values(run, r.values) for r in reps]
+    if hypers[0] is None or len(hypers) == 1:
+        return hypers[0]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *hypers)
 
 
 def place_state(run: Run, state: AnakinState) -> AnakinState:

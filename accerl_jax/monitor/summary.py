@@ -264,7 +264,8 @@ def verdict(summary: dict) -> list[str]:
     seeds = summary.get("num_seeds", 1)
     ret = summary["final_return_mean"]
     steps = summary["env_steps_per_seed"] if seeds > 1 else summary["total_env_steps"]
-    of = f"mean over {seeds} seeds of each one's last {summary['returns_averaged']} episodes" if seeds > 1 \
+    runs = "runs (--sweep)" if (summary.get("config") or {}).get("sweep") else "seeds"
+    of = f"mean over {seeds} {runs} of each one's last {summary['returns_averaged']} episodes" if seeds > 1 \
         else f"mean of the last {summary['returns_averaged']} episodes"
     lines = []
     if summary.get("stopped"):
@@ -310,6 +311,22 @@ def _fixed_verdict(summary: dict) -> str:
     return f"Compressor {name}: {faster}{share}; {net}."
 
 
+def _sweep_rows(summary: dict) -> list[tuple[str, str]]:
+    """A ``--sweep`` run's rows: each combination of values, with the mean over its seeds of their final
+    returns (each seed's own summary has the rest); none without a sweep."""
+    combos: dict = {}
+    for run in summary.get("seeds") or []:
+        if "swept" in run:
+            label = ", ".join(f"{k} {v:g}" for k, v in run["swept"].items())
+            combos.setdefault(label, []).append(run.get("final_return_mean"))
+    rows = []
+    for label, returns in combos.items():
+        done = [r for r in returns if r is not None]
+        ret = f"return {sum(done) / len(done):.1f}" if done else "no episode finished"
+        rows.append(("sweep" if not rows else "", f"{label}: {ret} ({len(returns)} seed{'s' * (len(returns) > 1)})"))
+    return rows
+
+
 def _rows(summary: dict) -> list[tuple[str, str]]:
     """The compact table: (label, value) pairs."""
     rows: list[tuple[str, str]] = []
@@ -324,6 +341,7 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
         per = [r for r in summary.get("final_return_mean_per_seed", []) if r is not None]
         if per:
             rows.append(("return per seed", f"min {min(per):.1f}, max {max(per):.1f}"))
+        rows.extend(_sweep_rows(summary))
         rows.append(("env steps", f"{summary['env_steps_per_seed']:,} per seed, {summary['total_env_steps']:,} all"))
     else:
         rows.append(("env steps", f"{summary['total_env_steps']:,} in {summary.get('updates', 0):,} updates"))

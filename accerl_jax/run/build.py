@@ -24,7 +24,7 @@ from accerl_jax import learner as learner_lib
 from accerl_jax import networks
 from accerl_jax import normalize
 from accerl_jax.platform import speed, xla
-from accerl_jax.run import auto_gate, distributed
+from accerl_jax.run import auto_gate, distributed, replicas
 from accerl_jax.actor import AnakinActor, make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
@@ -295,7 +295,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
         # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
         optimizer_steps = num_updates * loss_cfg.optimizer_steps
-        optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
+        # Settings, not a transformation: the update builds Adam from its traced learning rate and clip
+        # (learner.make_update's hyper), so another value reuses the compiled programs.
+        optimizer = learner_lib.AdamConfig(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
         # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
         # --actor-device cpu-apart on XLA:CPU, where the actor runs).
         mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
@@ -304,8 +306,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         global_state = n_proc == 1 or plan.loop == "anakin"
         state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
         make_learner = functools.partial(
-            learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh,
-            learning_rate=learner_lib.make_schedule(cfg.learning_rate, optimizer_steps, anneal=cfg.anneal_lr))
+            learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh)
         learner = make_learner()
         update = learner.update
         init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
@@ -362,8 +363,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
                     info.obs_shape, info.num_envs * n_proc, cfg.normalize_observations, cfg.normalize_rewards))
             template = checkpoint.TrainState(state, (actor_template,) * n_lagged, comp_template, carry_template,
                                              norm_template)
-            if cfg.num_seeds > 1:  # --num-seeds: every leaf carries a leading seed axis
-                template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.num_seeds,) + tuple(x.shape), x.dtype),
+            n_runs = replicas.count(cfg)
+            if n_runs > 1:  # --num-seeds, --sweep: every leaf carries a leading replica axis
+                template = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n_runs,) + tuple(x.shape), x.dtype),
                                         template)
             if n_proc > 1:  # read as host (numpy) arrays; the loop places them on the global mesh
                 template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), template)
@@ -376,8 +378,8 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         if resume_point is not None:
             if pid == 0:
                 run_folder.trim_metrics(logdir, extra["completed"])
-                for k in range(cfg.num_seeds if cfg.num_seeds > 1 else 0):  # each seed's own rows
-                    run_folder.trim_metrics(os.path.join(logdir, f"seed{k}"), extra["completed"])
+                for rep in replicas.replicas(cfg) if replicas.count(cfg) > 1 else ():  # each replica's own rows
+                    run_folder.trim_metrics(os.path.join(logdir, rep.folder), extra["completed"])
             wall_start -= extra["wall_time_s"]
         wandb = None
         if (cfg.wandb or cfg.wandb_project) and pid == 0:

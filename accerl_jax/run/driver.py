@@ -35,6 +35,7 @@ from accerl_jax import networks
 from accerl_jax.platform import clock, compile_cache, speed
 from accerl_jax.run import checkpoint, folder as run_folder
 from accerl_jax.run import guard as guard_lib
+from accerl_jax.run import replicas
 from accerl_jax.monitor import Monitor
 from accerl_jax.monitor import summary as summary_lib
 from accerl_jax.monitor.summary import Summary
@@ -150,16 +151,18 @@ class Stepper(Protocol):
 
 
 def seed_monitors(run: Run) -> list[Monitor]:
-    """One Monitor per seed: the run's own for one seed; for ``--num-seeds`` > 1 one per seed in
-    ``<logdir>/seed<k>/`` (the run's Monitor then summarises them: :attr:`Monitor.seeds
+    """One Monitor per replica (:mod:`accerl_jax.run.replicas`): the run's own for one; for ``--num-seeds``
+    > 1 or ``--sweep`` one per replica in its folder, ``<logdir>/seed<k>/`` or
+    ``<logdir>/<name>=<value>-seed<k>/`` (the run's Monitor then summarises them: :attr:`Monitor.seeds
     <accerl_jax.monitor.Monitor.seeds>`)."""
     cfg = run.cfg
-    if cfg.num_seeds == 1:
+    reps = replicas.replicas(cfg)
+    if len(reps) == 1:
         return [run.outputs.monitor]
     monitors = []
-    for k in range(cfg.num_seeds):
+    for k, rep in enumerate(reps):
         state = run.extra["seed_monitors"][k] if run.extra else None
-        m = Monitor(os.path.join(run.outputs.logdir, f"seed{k}"), run.plan.num_updates * run.plan.steps_per_update,
+        m = Monitor(os.path.join(run.outputs.logdir, rep.folder), run.plan.num_updates * run.plan.steps_per_update,
                     cfg.return_window, progress=False, append=run.plan.resume is not None, purge_step=tensorboard_purge_step(state))
         if state is not None:
             m.load_state_dict(state)
@@ -273,7 +276,7 @@ class Driver:
         self.completed = step.update
         if step.bad is not None:  # the diverged state is never saved: the last good checkpoint stays
             b = step.bad
-            where = f" of seed {run.cfg.seed + b.seed}" if len(self.monitors) > 1 else ""
+            where = replica_where(run, b.seed) if len(self.monitors) > 1 else ""
             self.stopped = "diverged"
             self.stop_reason = guard_lib.stop_reason(b.quantity, b.update, step.metrics[b.seed], where, b.streak)
             self._log(step.update, step.refresh)
@@ -393,7 +396,7 @@ class Driver:
         if self.stopped is None and self.completed > 0 and 2 * max(skipped) > self.completed:
             # A run that skipped most of its updates did not train: never a normal finish (exit status 1).
             k = int(np.argmax(skipped))
-            where = f" of seed {run.cfg.seed + k}" if len(self.monitors) > 1 else ""
+            where = replica_where(run, k) if len(self.monitors) > 1 else ""
             self.stopped = "diverged"
             self.stop_reason = (f"{skipped[k]} of {self.completed} updates{where} skipped for non-finite quantities "
                                 "(--on-nan skip): most of the run did not train")
@@ -424,8 +427,16 @@ class Driver:
                          steps_per_s_scope=f"all {seeds} seeds' env steps / wall_time_s ({WHOLE_RUN}); "
                                            "steps_per_s_per_seed: one seed's",
                          final_return_mean_per_seed=[p["final_return_mean"] for p in per_seed],
-                         seeds=[{k: v for k, v in p.items() if k not in ("config", "learner_network")}
-                                for p in per_seed], **common).to_json()
+                         seeds=[dict({k: v for k, v in p.items() if k not in ("config", "learner_network")},
+                                     **({"run": r.folder, "swept": r.values} if run.cfg.sweep else {}))
+                                for p, r in zip(per_seed, replicas.replicas(run.cfg))], **common).to_json()
+
+
+def replica_where(run: Run, k: int) -> str:
+    """`` of seed S`` (``--num-seeds``) or `` of run <folder>`` (``--sweep``): which replica ``k`` is, for a
+    message about one of several."""
+    rep = replicas.replicas(run.cfg)[k]
+    return f" of run {rep.folder}" if run.cfg.sweep else f" of seed {rep.seed}"
 
 
 def measure_speed(run: Run, state, actor_params, obs) -> dict:
@@ -466,7 +477,7 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
     """
     cfg, info, monitor, saver, logdir = run.cfg, run.info, run.outputs.monitor, run.outputs.saver, run.outputs.logdir
     if seed is not None:
-        cfg, monitor = dataclasses.replace(cfg, seed=cfg.seed + seed), monitor.seeds[seed]
+        cfg, monitor = replicas.replica_config(cfg, replicas.replicas(cfg)[seed]), monitor.seeds[seed]
         logdir = monitor.logdir
     times = monitor.times
     wall = time.perf_counter() - run.wall_start

@@ -111,7 +111,8 @@ def stop_reason(bad: str, update: int, metrics: dict, where: str = "", streak: i
 
 
 def guard_update(update: Callable, on_nan: str) -> Callable:
-    """A traceable guarded update ``(state, batch, update_number) -> (state, metrics, bad)``; an
+    """A traceable guarded update ``(state, batch, update_number, hyper=None) -> (state, metrics, bad)``
+    (``hyper``: the update's traced hyperparameters, :func:`accerl_jax.learner.make_update`); an
     ``update`` that returns ``(state, metrics, outputs)`` gives ``(state, metrics, bad, outputs)`` (the
     outputs of the forward pass under the parameters the update started from, kept as they are).
 
@@ -126,8 +127,8 @@ def guard_update(update: Callable, on_nan: str) -> Callable:
     """
     check_on_nan(on_nan)
 
-    def guarded(state, batch, update_number):
-        new_state, metrics, *outputs = update(state, batch)
+    def guarded(state, batch, update_number, hyper=None):
+        new_state, metrics, *outputs = update(state, batch, hyper)
         bad = first_bad(finite_flags(metrics, new_state.params, batch))
         if on_nan == "skip":
             ok = bad == FINITE
@@ -171,12 +172,15 @@ class UpdateGuard:
         step = xla.jit(guard_update(getattr(update, "traced", update), on_nan), family)
         wrap = getattr(update, "host_wrap", None)
         self.step = step if wrap is None else wrap(step)
+        # The update's hyperparameters go in as the program's input (not its constants): a run that differs
+        # only in their values reuses the compiled program.
+        self.hyper = getattr(update, "hyper", None)
         self.on_nan = on_nan
         self.skipped = skipped
         self.streak = streak
 
     def __call__(self, state, batch, update_number: int = 0, actor_params=None):
-        new_state, metrics, bad, *outputs = self.step(state, batch, jnp.int32(update_number))
+        new_state, metrics, bad, *outputs = self.step(state, batch, jnp.int32(update_number), self.hyper)
         code = int(bad)
         if code != FINITE and actor_params is not None:
             code = int(refine(jnp.int32(code), actor_params))

@@ -30,6 +30,7 @@ from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import PGX_GAMES, Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.platform import xla
+from accerl_jax.run import replicas
 from accerl_jax.run.folder import refuse_taken
 from accerl_jax.seeds import envpool_seed
 
@@ -179,6 +180,11 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
         raise ConfigError(f"bad --corrector {cfg.corrector!r}; expected one of {', '.join(CORRECTORS)}")
     make_loss_config(cfg)
     check_search(cfg)
+    replicas.check_sweep(cfg)
+    if cfg.sweep and cfg.agent == "search" and "discount" in dict(replicas.parse_sweep(cfg.sweep)):
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --agent search: the search itself discounts "
+                          "with --discount, a constant of its program; sweep the other values, or run one "
+                          "--discount per run")
     if cfg.loop not in LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
     if cfg.compressor == "auto":
@@ -256,6 +262,9 @@ def check_multi_host(cfg: Config, loop: str) -> None:
         if cfg.num_seeds > 1:
             raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with several processes: train the seeds one "
                               "multi-host run at a time (--num-seeds 1)")
+        if cfg.sweep:
+            raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with several processes: train one value per "
+                              "multi-host run (its own flags), or sweep on one process")
     elif cfg.resume is not None:
         raise ConfigError(f"bad --resume {cfg.resume!r} with several processes and --loop {loop}: only a "
                           "multi-host run of the Anakin loop (gymnax envs) can be resumed (the sequential loop's "
@@ -284,9 +293,9 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
             loop = "sebulba" if num_processes == 1 else "sequential"
         elif cfg.agent == "search":
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
-        elif cfg.distill_async and cfg.num_seeds == 1:
+        elif cfg.distill_async and replicas.count(cfg) == 1:
             loop = "sequential"  # asynchronous distillation runs in a host thread
-        elif cfg.num_seeds == 1 and xla.is_conv(family) and backend == "cpu":
+        elif replicas.count(cfg) == 1 and xla.is_conv(family) and backend == "cpu":
             loop = "sequential"
         else:
             loop = "anakin"
@@ -294,6 +303,9 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop {cfg.loop}: several seeds at once are "
                           "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
                           "--num-seeds 1")
+    if cfg.sweep and loop != "anakin":
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --loop {cfg.loop}: a sweep is trained by vmap "
+                          "of the Anakin loop's program; use --loop anakin with a gymnax env, or one value per run")
     if cfg.agent == "search" and loop != "anakin":
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
@@ -347,8 +359,16 @@ def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto: each seed takes its own "
                           "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
                           "one at a time (--num-seeds 1) or use a fixed --compressor")
+    if cfg.compressor == "auto" and cfg.sweep:
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --compressor auto: each run takes its own "
+                          "compression decisions, so the runs cannot share one vmapped program; use a fixed "
+                          "--compressor")
     if jittable:
         return
+    if cfg.sweep:
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --loop anakin and {cfg.env}: the Anakin loop "
+                          "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "
+                          "run; use a gymnax env, or one value per run")
     if cfg.num_seeds > 1:
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --loop anakin and {cfg.env}: the Anakin loop "
                           "steps envpool's one host pool through its XLA interface, which vmap cannot copy per "

@@ -87,6 +87,7 @@ class GlobalUpdate:
 
     def __init__(self, update: Callable, mesh: Mesh):
         self.traced = update
+        self.hyper = getattr(update, "hyper", None)  # the update's default hyperparameters
         self._replicated = NamedSharding(mesh, P())
         self._batch = NamedSharding(mesh, P(None, AXIS))
         self._call = self.host_wrap(update)
@@ -121,8 +122,8 @@ class GlobalUpdate:
 
         return wrapped
 
-    def __call__(self, state: LearnerState, rollout: Rollout):
-        return self._call(state, rollout)
+    def __call__(self, state: LearnerState, rollout: Rollout, hyper: dict | None = None):
+        return self._call(state, rollout, self.hyper if hyper is None else hyper)
 
 
 def make_global_update(update: Callable, mesh: Mesh) -> GlobalUpdate:

@@ -72,8 +72,8 @@ GROUPS = (
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
         "agent", "search_target", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale",
         "n_step")),
-    ("loops", "loops: seeds in one program (Anakin), actor threads and queues (Sebulba)", (
-        "num_seeds", "actor_threads", "actor_batch", "actor_device", "queue_size")),
+    ("loops", "loops: seeds and sweeps in one program (Anakin), actor threads and queues (Sebulba)", (
+        "num_seeds", "sweep", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
         "log_every", "return_window", "progress", "cost_split", "compile_cache", "wandb", "wandb_project", "checkpoint_every",
         "keep_checkpoints", "on_nan")),
@@ -156,6 +156,8 @@ def grouped_class():
                 meta.update(metavar=UNSET[f][0], help_behavior_hint=_default_hint(UNSET[f][1]))
             elif f == "hidden_sizes":
                 meta.update(help_behavior_hint=_default_hint(HIDDEN_SIZES_UNSET))
+            elif f == "sweep":
+                meta.update(metavar="NAME=V1,V2,...", help_behavior_hint=_default_hint("unset: no sweep"))
             arg = tyro.conf.arg(help=docs.get(f, ""), **{k: v for k, v in meta.items() if v is not None})
             members.append((f, Annotated[hint, arg], dataclasses.field(default=getattr(defaults, f))))
         cls = dataclasses.make_dataclass(name.capitalize(), members)

@@ -139,17 +139,20 @@ def _typed(name: str, value, where: str, null_text: str | None = None):
         value = _number(name, value, base)
     elif base == "tuple[int, ...]" and isinstance(value, (list, tuple)):
         value = [_number(name, v, "int") for v in value]
+    elif base == "tuple[str, ...]" and isinstance(value, str):  # one item (--sweep NAME=V1,V2)
+        value = [value]
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
           "str": isinstance(value, str), "bool": isinstance(value, bool),
           "tuple[int, ...]": isinstance(value, (list, tuple)) and all(
-              isinstance(v, int) and not isinstance(v, bool) for v in value)}.get(base, True)
+              isinstance(v, int) and not isinstance(v, bool) for v in value),
+          "tuple[str, ...]": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)}.get(base, True)
     if not ok:
         what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-                "tuple[int, ...]": "a list of integers"}.get(base, base)
+                "tuple[int, ...]": "a list of integers", "tuple[str, ...]": "a list of strings"}.get(base, base)
         shown = f"{null_text or 'empty'} (null)" if value is None and null_text is not None else repr(value)
         raise ConfigError(f"bad {where}: {name} = {shown}; expected {what}{' or null' if optional else ''}")
-    return float(value) if base == "float" else tuple(value) if base == "tuple[int, ...]" else value
+    return float(value) if base == "float" else tuple(value) if base.startswith("tuple[") else value
 
 
 # YAML 1.1 literals that YAML 1.2 (and TOML) read otherwise, in a setting that is not a string.

@@ -20,7 +20,7 @@ import numpy as np
 
 from accerl_jax import networks
 from accerl_jax import normalize
-from accerl_jax.run import checkpoint
+from accerl_jax.run import checkpoint, replicas
 from accerl_jax.run import plan as plan_lib
 from accerl_jax.actor import sample_from
 from accerl_jax.tools.cli import DEFAULT_POLICY, POLICIES, run_folder
@@ -108,9 +108,10 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
         plan_lib.check_config(cfg)
     except ConfigError as err:
         raise ConfigError(f"bad {WHAT} {run_dir!r}: its saved configuration is refused ({err})") from None
-    if not 0 <= seed_index < cfg.num_seeds:
-        raise ConfigError(f"bad --seed-index {seed_index}: the run trained {cfg.num_seeds} seed(s); expected 0 to "
-                          f"{cfg.num_seeds - 1}")
+    n_runs = replicas.count(cfg)  # --num-seeds x --sweep's combinations
+    if not 0 <= seed_index < n_runs:
+        what = f"{n_runs} runs (--sweep)" if cfg.sweep else f"{n_runs} seed(s)"
+        raise ConfigError(f"bad --seed-index {seed_index}: the run trained {what}; expected 0 to {n_runs - 1}")
     if policy == "actor" and cfg.compressor == "auto":
         raise ConfigError(f"bad --policy actor (the default) for {run_dir!r}: a --compressor auto run's actor changes network "
                           "with each decision and is not rebuilt from its checkpoint; use --policy learner")
@@ -129,7 +130,7 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     spec = plan.spec
     learner_apply = networks.make_apply(spec)
     leaves = checkpoint.read_checked(point, WHAT)
-    pick = _picker(leaves, cfg.num_seeds, seed_index, run_dir, point.step)
+    pick = _picker(leaves, n_runs, seed_index, run_dir, point.step)
     learner_params = pick(".learner.params", jax.eval_shape(lambda k: networks.init_params(spec, k), jax.random.PRNGKey(0)))
     if policy == "learner":
         apply, params = learner_apply, learner_params

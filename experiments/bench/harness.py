@@ -166,7 +166,7 @@ def trained_in_process(fields: dict, target: float | None = None):
 
 
 def train_process(flags: list[str], seed: int, target: float | None, cache: str, python: str = sys.executable,
-                  timeout_s: float = 1800) -> dict:
+                  timeout_s: float = 1800, inspect=None) -> dict:
     """One whole process ``python -m accerl_jax.train`` with ``flags``, run from the repository root
     with the compilation cache folder ``cache``: ``process_s`` (interpreter start to exit, as a user
     waits), the summary's kept fields, and the seconds from process start to the first logged mean
@@ -174,6 +174,9 @@ def train_process(flags: list[str], seed: int, target: float | None, cache: str,
 
     Raises:
       RuntimeError: the process failed (its exit code and the end of its stderr).
+
+    ``inspect(run_dir) -> dict``, if given, reads the run's folder before it is deleted; its fields join
+    the result.
     """
     with tempfile.TemporaryDirectory() as tmp:
         argv = [python, "-m", "accerl_jax.train", "--seed", str(seed), "--logdir", os.path.join(tmp, "run"),
@@ -186,7 +189,8 @@ def train_process(flags: list[str], seed: int, target: float | None, cache: str,
         with open(os.path.join(tmp, "run", "summary.json")) as f:
             s = json.load(f)
         ttt = None if target is None else time_to_target(os.path.join(tmp, "run"), target, s["startup_before_train_s"])
-    return dict(summary_keys(s), process_s=process_s, time_to_target_s=ttt)
+        seen = inspect(os.path.join(tmp, "run")) if inspect is not None else {}
+    return dict(summary_keys(s), process_s=process_s, time_to_target_s=ttt, **seen)
 
 
 # PureJaxRL's CartPole-v1 config (purejaxrl/ppo.py's __main__) with its per-episode host printing off,

@@ -40,6 +40,52 @@ def process(b, o: dict, rounds: int, peer: dict | None) -> dict:
     return out
 
 
+def per_run_returns(run_dir: str) -> dict:
+    """``{"returns": {"<name>=<value>,...-seed<k>" or "seed<k>": final return}}`` of a run folder's replicas
+    (its summary's ``seeds``, each named by its swept values and seed index)."""
+    import json
+
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        s = json.load(f)
+    return {"returns": {os.path.basename(p["logdir"]): p["final_return_mean"] for p in s.get("seeds") or []}}
+
+
+def sweep(b, o: dict, rounds: int, peer: dict | None) -> dict:
+    """``--sweep NAME=V1,...,Vn`` (with ``--num-seeds``) as one whole process against n whole processes, one
+    per value (each with the same ``--num-seeds``), back to back on one compilation cache (empty at the
+    start of each round, as on a fresh machine; the separate runs share it as one user's runs would):
+    ``process_s`` is the sum of a configuration's processes. ``return_gap``: the largest difference between
+    a run's final return in the sweep and the same run's (value, seed) alone, in the same round."""
+    name, values = o["name"], o["values"]
+    flags = list(o.get("flags", [])) + ["--num-seeds", str(o["num_seeds"])]
+
+    def one(label, seed, r):
+        with tempfile.TemporaryDirectory() as cache:
+            if b.configs[label]["sweep"]:
+                item = f"{name}={','.join(format(v, 'g') for v in values)}"
+                out = harness.train_process(flags + ["--sweep", item], seed, None, cache, inspect=per_run_returns)
+                return dict(out, processes=1)
+            runs, returns = [], {}
+            for v in values:
+                out = harness.train_process(flags + [f"--{name.replace('_', '-')}", format(v, "g")], seed, None, cache,
+                                            inspect=per_run_returns)
+                runs.append(out)
+                returns.update({f"{name}={format(v, 'g')}-{k}": x for k, x in out["returns"].items()})
+            finals = [x for x in returns.values() if x is not None]
+            return dict(process_s=sum(x["process_s"] for x in runs), processes=len(runs), returns=returns,
+                        final_return_mean=float(np.mean(finals)) if finals else None,
+                        compile_cache_misses=sum(x["compile_cache_misses"] for x in runs),
+                        first_misses=runs[0]["compile_cache_misses"])
+
+    runs = harness.interleave(o["configs"], o["seeds"], rounds, one)
+    swept, alone = (runs[label] for label in o["configs"])
+    for a, c in zip(swept, alone):  # the same round and seed
+        gaps = [abs(a["returns"][k] - c["returns"][k]) for k in c["returns"]
+                if a["returns"].get(k) is not None and c["returns"][k] is not None]
+        a["return_gap"] = c["return_gap"] = max(gaps) if gaps else None
+    return runs
+
+
 def student_widths(env: str, compressor: str) -> tuple[int, ...]:
     """Hidden widths of ``compressor``'s distillation student (``distill:<preset>``) of ``env``'s default network."""
     from accerl_jax import networks
@@ -238,7 +284,7 @@ def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
 
 
 KINDS = {"process": process, "training": training, "compression": compression, "throughput": throughput,
-         "actor_time": actor_time}
+         "actor_time": actor_time, "sweep": sweep}
 # (metric, column header, format) per kind, in the page's order.
 COLUMNS = {
     "process": (("process_s", "whole process s", ".1f"), ("time_to_target_s", "to target from process start s", ".1f"),
@@ -250,6 +296,8 @@ COLUMNS = {
                    ("agreement", "agreement", ".3f"), ("bytes", "actor bytes", ",.0f")),
 }
 COLUMNS["compression"] = COLUMNS["training"]
+COLUMNS["sweep"] = (("process_s", "whole time s", ".1f"), ("final_return_mean", "final return, mean over runs", ".1f"),
+                    ("return_gap", "largest per-run return gap, sweep vs alone", ".3g"))
 
 
 def summarise(kind: str, runs: dict) -> dict:

@@ -124,6 +124,19 @@ BENCHMARKS = (
         dict(env="gymnax:CartPole-v1", updates=4000, log_every=10, loss="actor-critic", repeats=3),
         dict(updates=8, log_every=2, configs=["bare, none", "anakin, none"])),
     Benchmark(
+        "sweep_learning_rate", "sweep",
+        "Whole time of --sweep learning_rate=<8 values> --num-seeds 2 on CartPole-v1 (the default job's other "
+        "settings, 200k agent steps per run) as one process, against 8 processes, one per value with --num-seeds 2, "
+        "back to back on one compilation cache (empty at each round's start); and the largest gap between a "
+        "run's final return in the sweep and the same run alone.",
+        "issue 30: the sweep in less whole time than the 8 separate runs (ratio < 1), each run's result equal to "
+        "its separate run's",
+        {"sweep, 1 process": {"sweep": True}, "separate, 8 processes": {"sweep": False}},
+        ("process_s", "separate, 8 processes"),
+        dict(name="learning_rate", values=[2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 5e-3], num_seeds=2,
+             seeds=[0], repeats=2),
+        dict(values=[1e-3, 2e-3], flags=["--total-steps", "1024"])),
+    Benchmark(
         "sebulba_pong", "throughput",
         "Steady env steps/s of Sebulba (actor threads on the host CPU, learner on the accelerator) against the "
         "sequential loop on envpool Pong-v5, per compressor: where actors bound the run, the paper's setting.",
