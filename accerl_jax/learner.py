@@ -89,14 +89,17 @@ def loss_conflict(loss: str, corrector_name: str, epochs: int, minibatches: int)
     return None
 
 
-def batch_conflict(batch_size: int, devices: int, minibatches: int = 1) -> str | None:
+def batch_conflict(batch_size: int, devices: int, minibatches: int = 1, rollout_length: int | None = None) -> str | None:
     """How a global batch of ``batch_size`` environments fails to split over ``devices`` learner devices
     and ``minibatches`` minibatches: ``"devices"`` (not a multiple of ``devices``), ``"minibatches"`` (not
-    of ``devices x minibatches``), or None when it splits. The one home of the rule: the update raises
-    ValueError on it (:func:`make_update`), the plan a ConfigError naming ``--num-envs``."""
+    of ``devices x minibatches``), or None when it splits. With ``rollout_length`` (APPO's minibatches of
+    single transitions, ``--minibatch-unit transitions``) the minibatches split the ``rollout_length x
+    batch_size`` transitions instead, so those must be a multiple of ``devices x minibatches``. The one home
+    of the rule: the update raises ValueError on it (:func:`make_update`), the plan a ConfigError naming
+    ``--num-envs``."""
     if batch_size % devices:
         return "devices"
-    if batch_size % (devices * minibatches):
+    if (batch_size * (rollout_length or 1)) % (devices * minibatches):
         return "minibatches"
     return None
 
@@ -676,11 +679,13 @@ def make_update(
 
     def update(state: LearnerState, batch: Rollout, hyper: dict | None = None):
         b = batch.action.shape[1]
-        conflict = batch_conflict(b, n_dev, cfg.minibatches)
+        transitions = cfg.minibatch_unit == "transitions" and cfg.minibatches > 1
+        conflict = batch_conflict(b, n_dev, cfg.minibatches, batch.action.shape[0] if transitions else None)
         if conflict == "devices":
             raise ValueError(f"batch size B={b} is not divisible by the {n_dev} learner devices; use a multiple of {n_dev}")
         if conflict == "minibatches":
-            raise ValueError(f"batch size B={b} is not divisible by {n_dev} devices x {cfg.minibatches} minibatches; "
+            what = f"T x B={batch.action.shape[0] * b} transitions" if transitions else f"batch size B={b}"
+            raise ValueError(f"{what} is not divisible by {n_dev} devices x {cfg.minibatches} minibatches; "
                              f"use a multiple of {n_dev * cfg.minibatches}")
         return jitted(state, batch, defaults if hyper is None else hyper)
 

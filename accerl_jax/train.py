@@ -39,7 +39,9 @@ def parse_config(argv: list[str]) -> Config:
     """
     cli.check_flags(argv)  # before --config or --resume are read: an unknown flag is named first
     argv = cli.resume_run_folder(argv)  # --resume RUN/checkpoints: the run RUN
-    return cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
+    cfg = cli.parse(argv, presets.base_config(argv), prog="python -m accerl_jax.train")
+    cli.check_sweep_flags(argv, cfg)
+    return cfg
 
 
 def out_of_memory(err: BaseException) -> str | None:

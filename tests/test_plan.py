@@ -183,6 +183,10 @@ REFUSALS = [
      ["bad --num-envs 3: must be a multiple of the 2 local devices of the learner (cpu:0 is the actor's)"]),
     ("num-envs-over-minibatches", dict(num_envs=6, minibatches=4), dict(local_devices=2), None,
      ["bad --num-envs 6: must be a multiple of --minibatches 4 x 2 devices = 8"]),
+    ("num-envs-over-transition-minibatches", dict(num_envs=6, rollout_length=3, minibatches=4,
+                                                   minibatch_unit="transitions", loss="appo"), dict(local_devices=2), None,
+     ["bad --num-envs 6 with --rollout-length 3: their 18 transitions must be a multiple of --minibatches 4 x 2 "
+      "devices = 8"]),
     ("total-steps-too-many-updates", dict(total_steps=2**31 * 64, num_envs=8, rollout_length=8), {}, None,
      ["bad --total-steps", "more than 2147483647 updates"]),
     # The network.
@@ -366,3 +370,15 @@ def test_check_config_is_the_plan_without_the_environment():
     assert plan_lib.check_config(_config(env="gymnax:Breakout-MinAtar")) == "anakin"  # family not known yet
     with pytest.raises(ConfigError, match="bad --num-seeds 2 with several processes"):
         plan_lib.check_config(_config(num_seeds=2), num_processes=2)
+
+
+def test_transition_minibatches_need_only_the_transitions_to_split_over_the_devices():
+    """--minibatch-unit transitions draws single steps: 2 envs x 8 steps split into 4 minibatches over 2
+    devices (16 = 4 x 2 x 2), which whole columns (2 envs) could not; the learner update takes it too."""
+    cfg = _config(num_envs=2, rollout_length=8, minibatches=4, minibatch_unit="transitions", loss="appo")
+    plan = make_plan(cfg, dataclasses.replace(ENVS[cfg.env], num_envs=2), Machine(local_devices=2))
+    assert plan.loss.minibatches == 4 and plan.loss.minibatch_unit == "transitions"
+    from accerl_jax.learner import batch_conflict
+
+    assert batch_conflict(2, 2, 4) == "minibatches" and batch_conflict(2, 2, 4, rollout_length=8) is None
+    assert batch_conflict(3, 2, 4, rollout_length=8) == "devices"

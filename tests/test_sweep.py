@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 
 import numpy as np
+import pytest
 
 from accerl_jax import learner as learner_lib
 from accerl_jax import run_training
 from accerl_jax.run import checkpoint, replicas
-from accerl_jax.config import Config
+from accerl_jax.config import Config, ConfigError
 from tiny_config import tiny_config
 
 UPDATES = 4
@@ -82,3 +84,43 @@ def test_sweep_runs_equal_separate_runs_resume_and_another_value_compiles_nothin
     assert any("--learning-rate 0.004" in label and "--entropy-coef 0.02" in label for label in labels), labels
     assert plot.main([*folders, "--out", str(tmp_path / "plots")]) == 0
     assert os.path.exists(tmp_path / "plots" / "returns.png")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sweep", "learning_rate=1e-3,2e-3", "--sweep", "entropy_coef=0,0.01"],
+     "bad --sweep given twice: the later one would replace the earlier"),
+    (["--sweep", "learning_rate=1e-3,2e-3", "--learning-rate", "5e-3"],
+     "bad --learning-rate with --sweep learning_rate=...: the sweep's values replace it"),
+    (["--sweep", "lambda=0.9,0.95", "--lambda", "0.8"], "bad --lambda with --sweep lambda_=..."),
+])
+def test_a_command_line_that_says_a_swept_value_twice_is_refused(argv, message):
+    from accerl_jax import train
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        train.parse_config(argv)
+    assert train.parse_config(argv[:2]).sweep == (argv[1],)
+
+
+def test_a_yaml_list_that_splits_an_item_at_its_commas_says_to_quote_it(tmp_path):
+    from accerl_jax import train
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text("sweep: [learning_rate=1e-3,2e-3]\n")
+    with pytest.raises(ConfigError, match=re.escape('quote each item, e.g. sweep: ["learning_rate=1e-3,2e-3"]')):
+        train.parse_config(["--config", str(path)])
+    path.write_text('sweep: ["learning_rate=1e-3,2e-3", entropy_coef=0]\n')
+    assert train.parse_config(["--config", str(path)]).sweep == ("learning_rate=1e-3,2e-3", "entropy_coef=0")
+    path.write_text("sweep: learning_rate=1e-3,2e-3\n")
+    assert train.parse_config(["--config", str(path)]).sweep == ("learning_rate=1e-3,2e-3",)
+
+
+def test_a_runs_own_folder_points_to_its_parent_run(tmp_path):
+    """evaluate or --resume given one replica's folder (seed<k>/, <values>-seed<k>/) name the run folder that
+    holds the checkpoints, with --seed-index for evaluate."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "learning_rate=0.001-seed1").mkdir()
+    one = str(tmp_path / "run" / "learning_rate=0.001-seed1")
+    with pytest.raises(ConfigError, match=re.escape(f"give {str(tmp_path / 'run')!r} with --seed-index")):
+        checkpoint.find_checkpoint(one, "RUN_DIR")
+    with pytest.raises(ConfigError, match=re.escape("(all its runs resume together)")):
+        checkpoint.find_checkpoint(one, "--resume")

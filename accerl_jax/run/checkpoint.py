@@ -183,6 +183,11 @@ def find_checkpoint(path: str, what: str, *, latest_only: bool = False, logdir: 
     else:
         run, step = path, None
     if not os.path.isdir(os.path.join(run, CHECKPOINT_DIR)):
+        if os.path.isdir(os.path.join(os.path.dirname(run), CHECKPOINT_DIR)):  # a seed's or sweep run's own folder
+            whole = os.path.dirname(path_in.rstrip(os.sep)) or "."
+            how = "(all its runs resume together)" if what == "--resume" else "with --seed-index <its position>"
+            raise ConfigError(f"bad {what} {path_in!r}: one run of --num-seeds or --sweep, whose checkpoints are its "
+                              f"parent's; give {whole!r} {how}")
         raise ConfigError(f"bad {what} {path_in!r}: no {CHECKPOINT_DIR}/ folder there; expected a run folder "
                           "written with checkpoints, or one of its checkpoint folders")
     if logdir is not None and os.path.realpath(logdir) != os.path.realpath(run):

@@ -304,7 +304,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
                           "trained by vmap of the Anakin loop's program; use --loop anakin with a gymnax env, or "
                           "--num-seeds 1")
     if cfg.sweep and loop != "anakin":
-        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --loop {cfg.loop}: a sweep is trained by vmap "
+        chosen = f" (here {loop})" if cfg.loop == "auto" else ""
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --loop {cfg.loop}{chosen}: a sweep is trained by vmap "
                           "of the Anakin loop's program; use --loop anakin with a gymnax env, or one value per run")
     if cfg.agent == "search" and loop != "anakin":
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
@@ -562,10 +563,16 @@ def make_plan(cfg: Config, env: EnvInfo, machine: Machine | None = None, folder:
         check_folder(cfg, folder, n_proc)
     first = first_learner_device(cfg, machine.local_devices, machine.backend)
     n_dev = machine.local_devices - first
-    split = learner_lib.batch_conflict(env.num_envs, n_dev, cfg.minibatches)
+    transitions = cfg.minibatch_unit == "transitions" and cfg.minibatches > 1  # APPO's minibatches of single steps
+    split = learner_lib.batch_conflict(env.num_envs, n_dev, cfg.minibatches, cfg.rollout_length if transitions else None)
     if split == "devices":
         raise ConfigError(f"bad --num-envs {env.num_envs}: must be a multiple of the {n_dev} local devices"
                           + (" of the learner (cpu:0 is the actor's)" if first else ""))
+    if split == "minibatches" and transitions:
+        raise ConfigError(f"bad --num-envs {env.num_envs} with --rollout-length {cfg.rollout_length}: their "
+                          f"{env.num_envs * cfg.rollout_length} transitions must be a multiple of --minibatches "
+                          f"{cfg.minibatches} x {n_dev} devices = {n_dev * cfg.minibatches} (--minibatch-unit "
+                          "transitions)")
     if split == "minibatches":
         raise ConfigError(f"bad --num-envs {env.num_envs}: must be a multiple of --minibatches {cfg.minibatches} "
                           f"x {n_dev} devices = {n_dev * cfg.minibatches}")

@@ -222,6 +222,26 @@ def other_way(name: str) -> str | None:
     return OTHER_WAYS.get(name.lstrip("-").replace("-", "_").lower())
 
 
+def check_sweep_flags(argv: list[str], cfg: Config) -> None:
+    """Refuse what a command line says twice about a swept value: ``--sweep`` given more than once (a later
+    flag would replace the earlier one's grid) and a swept name's own flag (``--sweep learning_rate=...``
+    with ``--learning-rate``: the sweep's values would replace it).
+
+    Raises:
+      ConfigError: naming the flags and how to give them.
+    """
+    given = [_normal(t) for t in argv if t.startswith("--")]
+    if given.count("--sweep") > 1:
+        raise ConfigError("bad --sweep given twice: the later one would replace the earlier; give every NAME=V1,V2 "
+                          "item after one --sweep (e.g. --sweep learning_rate=1e-3,3e-3 entropy_coef=0,0.01)")
+    from accerl_jax.run.replicas import parse_sweep
+
+    for name, _ in parse_sweep(cfg.sweep):
+        if _normal(flag(name)) in given or (name == "lambda_" and "--lambda-" in given):
+            raise ConfigError(f"bad {flag(name)} with --sweep {name}=...: the sweep's values replace it; drop "
+                              f"{flag(name)}, or its item of --sweep")
+
+
 def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.train") -> None:
     """Refuse an unknown flag in ``argv`` (a command line of dataclass ``cls``, default: training's) with one
     line that suggests ours: for training, how another framework's flag is done here (``--capture-video`` ->

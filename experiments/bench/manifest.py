@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from accerl_jax.tools.presets import PRESETS
+
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
@@ -53,6 +55,8 @@ REFERENCES = (
 )
 CARTPOLE_TARGET = 475.0  # gymnasium's reward threshold for CartPole-v1 (the maximum is 500)
 MINATAR = dict(loss="actor-critic")  # the minatar preset's: IMPALA's one gradient step per update
+# The mujoco preset's settings (accerl_jax/tools/presets.py), its env left to each configuration.
+MUJOCO = {k: v for k, v in PRESETS["mujoco"].settings.items() if k != "env"}
 SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
 
 BENCHMARKS = (
@@ -90,6 +94,18 @@ BENCHMARKS = (
         dict(steps=500_000, seeds=[0, 1, 2]),
         dict(SMOKE_TRAIN, configs=["CartPole-v1"]),
         references=REFERENCES[:2]),
+    Benchmark(
+        "quality_mujoco", "training",
+        "Final return (mean of the last 100 episodes) of the mujoco preset at 1M agent steps on envpool's "
+        "HalfCheetah-v4, Hopper-v4 and Walker2d-v4 (Sebulba loop; mean over seeds), and its wall seconds, beside "
+        "CleanRL's published ppo_continuous_action.py numbers at the same steps.",
+        "CleanRL ppo_continuous_action.py: final return at least its published mean, in less wall time than its "
+        "script takes on this machine",
+        {task: {"env": f"envpool:{task}"} for task in ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")},
+        None,
+        dict(steps=1_000_000, seeds=[0, 1, 2], fields=MUJOCO, log_every=10),
+        dict(steps=4096, seeds=[0], log_every=1, configs=["Hopper-v4"]),
+        references=REFERENCES[2:5], requires="envpool"),
     *(Benchmark(
         f"actor_time_{short}", "actor_time",
         f"Actor env steps/s with each compressor's policy on {env} ({envs} environments; env stepping and policy "
