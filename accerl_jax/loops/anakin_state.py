@@ -19,20 +19,21 @@ from accerl_jax.loops.shared import learner_update, resumed_carry
 from accerl_jax.run.build import Run, policy_versions
 
 
-def initial_state(run: Run, seed: int) -> AnakinState:
-    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.build.setup` derives from it.
+def initial_state(run: Run, seed: int, values: dict | None = None) -> AnakinState:
+    """A new run's state for ``seed``, with the keys :func:`accerl_jax.run.build.setup` derives from it, and
+    its hyperparameters (:func:`hyper_values`: the run's, ``values`` in place of theirs, a sweep's replica's).
 
     With several processes it is built by one jitted program over the global mesh (every process runs
     it), so its arrays are global, placed as :func:`state_sharding` ``(run)`` says. Its pieces (network,
     optimiser and student initialisation) compile with :func:`accerl_jax.platform.xla.one_shot_options`: each runs
     once."""
     if run.plan.num_processes > 1:
-        return jax.jit(lambda: _initial_state(run, seed), out_shardings=state_sharding(run),
+        return jax.jit(lambda: _initial_state(run, seed, values), out_shardings=state_sharding(run),
                        compiler_options=xla.one_shot_options(run.plan.spec.family))()
-    return _initial_state(run, seed)
+    return _initial_state(run, seed, values)
 
 
-def _initial_state(run: Run, seed: int) -> AnakinState:
+def _initial_state(run: Run, seed: int, values: dict | None) -> AnakinState:
     cfg = run.cfg
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(seed), 3)
     params = networks.init_params(run.plan.spec, k_net)
@@ -47,7 +48,7 @@ def _initial_state(run: Run, seed: int) -> AnakinState:
                   if normalizing(run) else None)
     return AnakinState(learner, (actor_params,) * lag, jnp.zeros((lag,), jnp.int32), comp_state, carry, obs, zero, zero,
                        zero, zero,
-                       jnp.full((), FINITE, jnp.int32), normalizer, hyper_values(run))
+                       jnp.full((), FINITE, jnp.int32), normalizer, hyper_values(run, values))
 
 
 def hyper_values(run: Run, values: dict | None = None) -> dict:
@@ -65,9 +66,12 @@ def replica_states(run: Run) -> AnakinState:
     """A new run's state for every replica (:mod:`accerl_jax.run.replicas`: ``--num-seeds``, ``--sweep``),
     stacked along a leading replica axis when there are several: replica ``k`` starts as a run of its
     seed and its swept values alone would."""
-    reps = replicas.replicas(run.cfg)
-    states = [initial_state(run, r.seed)._replace(hyper=hyper_values(run, r.values)) for r in reps]
-    return states[0] if len(states) == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    return _stacked([initial_state(run, r.seed, r.values) for r in replicas.replicas(run.cfg)])
+
+
+def _stacked(trees: list):
+    """One replica's tree as it is; several stacked along a new leading replica axis."""
+    return trees[0] if len(trees) == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
 def restored_state(run: Run, skipped) -> AnakinState:
@@ -95,11 +99,8 @@ def restored_state(run: Run, skipped) -> AnakinState:
 def _replica_hyper(run: Run):
     """Each replica's hyperparameters (:func:`hyper_values`), stacked along the replica axis when there
     are several."""
-    reps = replicas.replicas(run.cfg)
-    hypers = [hyper_values(run, r.values) for r in reps]
-    if hypers[0] is None or len(hypers) == 1:
-        return hypers[0]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *hypers)
+    hypers = [hyper_values(run, r.values) for r in replicas.replicas(run.cfg)]
+    return None if hypers[0] is None else _stacked(hypers)
 
 
 def place_state(run: Run, state: AnakinState) -> AnakinState:

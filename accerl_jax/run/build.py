@@ -378,7 +378,8 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         if resume_point is not None:
             if pid == 0:
                 run_folder.trim_metrics(logdir, extra["completed"])
-                for rep in replicas.replicas(cfg) if replicas.count(cfg) > 1 else ():  # each replica's own rows
+                reps = replicas.replicas(cfg)
+                for rep in reps if len(reps) > 1 else ():  # each replica's own rows
                     run_folder.trim_metrics(os.path.join(logdir, rep.folder), extra["completed"])
             wall_start -= extra["wall_time_s"]
         wandb = None

@@ -111,11 +111,16 @@ def replicas(cfg: Config) -> list[Replica]:
     combos = [dict(zip(names, values)) for values in itertools.product(*(v for _, v in grid))] or [{}]
     out = []
     for combo in combos:
-        label = ",".join(f"{k}={_format(v)}" for k, v in combo.items())
         for j in range(cfg.num_seeds):
-            folder = f"{label}-seed{j}" if combo else f"seed{j}"
-            out.append(Replica(len(out), cfg.seed + j, combo, folder))
+            out.append(Replica(len(out), cfg.seed + j, combo, folder(combo, j)))
     return out
+
+
+def folder(values: dict, j: int) -> str:
+    """The folder of the run with swept ``values`` (``{name: float}``, {} without a sweep) and seed index
+    ``j``: ``seed<j>``, or ``<name>=<value>[,<name>=<value>]-seed<j>``."""
+    label = ",".join(f"{k}={_format(v)}" for k, v in values.items())
+    return f"{label}-seed{j}" if values else f"seed{j}"
 
 
 def count(cfg: Config) -> int:

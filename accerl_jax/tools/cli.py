@@ -230,14 +230,14 @@ def check_sweep_flags(argv: list[str], cfg: Config) -> None:
     Raises:
       ConfigError: naming the flags and how to give them.
     """
-    given = [_normal(t) for t in argv if t.startswith("--")]
+    given = [_normal(HIDDEN_ALIASES.get(t.split("=", 1)[0], t)) for t in argv if t.startswith("--")]
     if given.count("--sweep") > 1:
         raise ConfigError("bad --sweep given twice: the later one would replace the earlier; give every NAME=V1,V2 "
                           "item after one --sweep (e.g. --sweep learning_rate=1e-3,3e-3 entropy_coef=0,0.01)")
     from accerl_jax.run.replicas import parse_sweep
 
     for name, _ in parse_sweep(cfg.sweep):
-        if _normal(flag(name)) in given or (name == "lambda_" and "--lambda-" in given):
+        if _normal(flag(name)) in given:
             raise ConfigError(f"bad {flag(name)} with --sweep {name}=...: the sweep's values replace it; drop "
                               f"{flag(name)}, or its item of --sweep")
 

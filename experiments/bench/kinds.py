@@ -56,6 +56,9 @@ def sweep(b, o: dict, rounds: int, peer: dict | None) -> dict:
     start of each round, as on a fresh machine; the separate runs share it as one user's runs would):
     ``process_s`` is the sum of a configuration's processes. ``return_gap``: the largest difference between
     a run's final return in the sweep and the same run's (value, seed) alone, in the same round."""
+    from accerl_jax.config import flag
+    from accerl_jax.run import replicas
+
     name, values = o["name"], o["values"]
     flags = list(o.get("flags", [])) + ["--num-seeds", str(o["num_seeds"])]
 
@@ -67,10 +70,10 @@ def sweep(b, o: dict, rounds: int, peer: dict | None) -> dict:
                 return dict(out, processes=1)
             runs, returns = [], {}
             for v in values:
-                out = harness.train_process(flags + [f"--{name.replace('_', '-')}", format(v, "g")], seed, None, cache,
+                out = harness.train_process(flags + [flag(name), format(v, "g")], seed, None, cache,
                                             inspect=per_run_returns)
-                runs.append(out)
-                returns.update({f"{name}={format(v, 'g')}-{k}": x for k, x in out["returns"].items()})
+                runs.append(out)  # its seed<j> is the sweep's run of (v, seed j)
+                returns.update({replicas.folder({name: v}, int(k[len("seed"):])): x for k, x in out["returns"].items()})
             finals = [x for x in returns.values() if x is not None]
             return dict(process_s=sum(x["process_s"] for x in runs), processes=len(runs), returns=returns,
                         final_return_mean=float(np.mean(finals)) if finals else None,
