@@ -135,10 +135,61 @@ def test_compression_pays_only_when_b_is_sooner_than_a_and_c_at_equal_final_retu
     assert kinds.verdict(table(*good), labels)["pays"]
     worse_return = good[0], [[500.0, 480.0], [470.0, 470.0], [500.0, 300.0]]
     assert kinds.verdict(table(*worse_return), labels) == {"pays": False, "sooner_than_a_and_c": True,
-                                                           "equal_final_return": False}
+                                                           "equal_final_return": False, "best": labels[1]}
     student_sooner = [[10.0, 12.0], [8.0, 9.0], [7.0, 7.0]], good[1]
     assert not kinds.verdict(table(*student_sooner), labels)["sooner_than_a_and_c"]
     t = table(*good)
     assert t[labels[2]]["time_to_target_s"] == {"median": 11.0, "mean": 11.0, "min": 11.0, "max": 11.0, "n": 1, "of": 2}
     ratio = kinds.ratios(t, b.ratio)
     assert math.isclose(ratio[labels[1]], 8.5 / 11.0) and ratio[labels[0]] == 1.0
+
+
+def test_compression_verdict_picks_the_soonest_paying_b_of_several():
+    labels = ["(a)", "(b) one", "(b) two", "(c)"]
+
+    def table(times, finals):
+        runs = {label: [{"time_to_target_s": t, "final_return_mean": f, "wall_time_s": 1.0}]
+                for label, t, f in zip(labels, times, finals)}
+        return kinds.summarise("compression", runs)
+
+    # (b) one is soonest but its return is below (a)'s; (b) two pays
+    v = kinds.verdict(table([10.0, 4.0, 6.0, 8.0], [500.0, 300.0, 500.0, 500.0]), labels)
+    assert v == {"pays": True, "sooner_than_a_and_c": True, "equal_final_return": True, "best": "(b) two"}
+    # neither pays: the soonest is named, with what it lacks
+    v = kinds.verdict(table([10.0, 9.0, None, 8.0], [500.0, 500.0, 500.0, 500.0]), labels)
+    assert v == {"pays": False, "sooner_than_a_and_c": False, "equal_final_return": True, "best": "(b) one"}
+
+
+def test_a_target_reached_by_fewer_than_most_runs_counts_as_never_reached():
+    labels = ["(a)", "(b)", "(c)"]
+    runs = {"(a)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in (50.0, 45.0, 56.0)],
+            "(b)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in (None, 20.0, None)],
+            "(c)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in (None, 60.0, 70.0)]}
+    assert not kinds.verdict(kinds.summarise("compression", runs), labels)["sooner_than_a_and_c"]  # 1 of 3
+    runs["(b)"][0]["time_to_target_s"] = 30.0  # 2 of 3: median 25 s, sooner than (a)'s 50 and (c)'s 65
+    assert kinds.verdict(kinds.summarise("compression", runs), labels)["pays"]
+
+
+def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():
+    runs = {"(a)": [{"actor_share_uncompressed": 0.9, "steady": {"steps_per_s": 100.0}},
+                    {"actor_share_uncompressed": 0.9, "steady": {"steps_per_s": 120.0}}],
+            "(b)": [{"actor_policy_speedup": 4.0, "steady": {"steps_per_s": 250.0}},
+                    {"actor_policy_speedup": 4.0, "steady": {"steps_per_s": 300.0}}],
+            "(b) slow": [{"actor_policy_speedup": 4.0, "steady": None}],
+            "(c)": [{"steady": {"steps_per_s": 500.0}}]}
+    out = kinds.amdahl(runs, ["(a)", "(b)", "(b) slow", "(c)"])
+    predicted = 1.0 / (0.1 + 0.9 / 4.0)  # 3.08x
+    assert math.isclose(out["(b)"]["predicted"], predicted)
+    assert math.isclose(out["(b)"]["realized"], 275.0 / 110.0)
+    assert math.isclose(out["(b)"]["fraction"], (275.0 / 110.0 - 1.0) / (predicted - 1.0))
+    assert out["(b) slow"]["realized"] is None and out["(b) slow"]["fraction"] is None
+    assert set(out) == {"(b)", "(b) slow"}  # (a) and (c) are not judged
+    line = page.amdahl_lines(out)
+    assert len(line) == 2 and "p = 0.90" in line[0] and "measured 2.50x" in line[0]  # the missing one is left out
+
+
+def test_the_student_of_c_is_the_compressors_student_of_the_runs_own_network():
+    # the search benchmark's N is the MinAtar net at 4x widths: distill:small's student is the paper's net
+    fields = {"env": "gymnax:Breakout-MinAtar", "network": "minatar", "hidden_sizes": (64, 512)}
+    assert kinds.student_widths(fields, "distill:small") == (16, 128)
+    assert kinds.student_widths({"env": "gymnax:CartPole-v1"}, "distill:small+int8") == (16, 16)

@@ -136,8 +136,13 @@ def summary_keys(run: dict) -> dict:
     """The fields of a training run's ``summary.json`` that benchmarks keep."""
     keep = ("final_return_mean", "wall_time_s", "steps_per_s", "total_env_steps", "startup_before_train_s",
             "kl_learner_actor", "action_agreement", "actor_params", "learner_params", "actor_time_s",
-            "learner_time_s", "compress_time_s", "policy_lag_mean", "compile_cache_hits", "compile_cache_misses")
-    return {k: run.get(k) for k in keep if k in run}
+            "learner_time_s", "compress_time_s", "policy_lag_mean", "compile_cache_hits", "compile_cache_misses",
+            "actor_policy_speedup", "search_agreement", "network_evaluations_per_step")
+    out = {k: run.get(k) for k in keep if k in run}
+    split = run.get("cost_split") or {}
+    if "ceiling" in split:  # the uncompressed actor's share of an update: Amdahl's p (kinds.amdahl)
+        out["actor_share_uncompressed"] = split["ceiling"]
+    return out
 
 
 def train_in_process(fields: dict, target: float | None = None) -> dict:

@@ -89,15 +89,17 @@ def sweep(b, o: dict, rounds: int, peer: dict | None) -> dict:
     return runs
 
 
-def student_widths(env: str, compressor: str) -> tuple[int, ...]:
-    """Hidden widths of ``compressor``'s distillation student (``distill:<preset>``) of ``env``'s default network."""
+def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
+    """Hidden widths of ``compressor``'s distillation student (``distill:<preset>``) of the network a run of
+    Config ``fields`` trains (its ``--network`` and ``--hidden-sizes`` included)."""
     from accerl_jax import networks
+    from accerl_jax.config import Config
     from accerl_jax.envs import make_env
+    from accerl_jax.run.plan import make_spec
 
-    info = make_env(env, 1).info
+    cfg = Config(**fields)
     preset = compressor.split("distill:", 1)[1].split("+", 1)[0]
-    return networks.student_spec(networks.default_spec(info.obs_shape, info.num_actions, info.channels_first),
-                                 preset).widths
+    return networks.student_spec(make_spec(cfg, make_env(cfg.env, 1).info), preset).widths
 
 
 def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
@@ -109,7 +111,7 @@ def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
         fields.update(b.configs[label], total_steps=o["steps"], seed=seed)
         student = fields.pop("student_of", None)
         if student:
-            fields["hidden_sizes"] = student_widths(fields["env"], student)
+            fields["hidden_sizes"] = student_widths(fields, student)
         return harness.train_in_process(fields, o.get("target"))
 
     return harness.interleave(o["configs"], o["seeds"], rounds, one)
@@ -121,14 +123,58 @@ def compression(b, o: dict, rounds: int, peer: dict | None) -> dict:
 
 
 def verdict(table: dict, labels: list[str]) -> dict:
-    """Does compression pay? (b) must reach the target sooner (median seconds) than both (a) and (c), and
-    its mean final return must be at least (a)'s lowest seed's (equal final return within (a)'s spread)."""
-    a, b, c = (table[label] for label in labels)
-    t = [x["time_to_target_s"]["median"] for x in (a, b, c)]
-    sooner = t[1] is not None and all(x is None or t[1] < x for x in (t[0], t[2]))
-    equal = (b["final_return_mean"]["mean"] is not None and a["final_return_mean"]["min"] is not None
-             and b["final_return_mean"]["mean"] >= a["final_return_mean"]["min"])
-    return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
+    """Does compression pay? ``labels``: (a), one or more (b) (a compressor each), then (c). A (b) pays when
+    it reaches the target sooner (median seconds over the runs that reached it; never, unless most runs
+    did) than both (a) and (c) and its mean final return is at least (a)'s lowest seed's (equal final return
+    within (a)'s spread); ``best``: the (b) that pays soonest, else the soonest (b)."""
+    a, c = table[labels[0]], table[labels[-1]]
+
+    def seconds(row):  # median seconds to the target; None (never) unless most of the runs reached it
+        t = row["time_to_target_s"]
+        return t["median"] if t["n"] * 2 > t["of"] else None
+
+    def judged(label):
+        b = table[label]
+        t = [seconds(x) for x in (a, b, c)]
+        sooner = t[1] is not None and all(x is None or t[1] < x for x in (t[0], t[2]))
+        equal = (b["final_return_mean"]["mean"] is not None and a["final_return_mean"]["min"] is not None
+                 and b["final_return_mean"]["mean"] >= a["final_return_mean"]["min"])
+        return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
+
+    def soonest(label):
+        t = seconds(table[label])
+        return (not judged(label)["pays"], float("inf") if t is None else t)
+
+    best = min(labels[1:-1], key=soonest)
+    return dict(judged(best), best=best)
+
+
+def amdahl(runs: dict, labels: list[str]) -> dict:
+    """Per (b) of ``labels`` (see :func:`verdict`), the Amdahl check of the issue's target "the realized
+    saving is >= 80% of what the model predicts": ``p``, the uncompressed actor's share of an update (by
+    XLA FLOPs, (a)'s summary ``cost_split``; median over (a)'s runs); ``s``, the compressed policy's measured
+    forward speedup (the run's ``actor_policy_speedup``, median); ``predicted`` = 1 / ((1 - p) + p / s), the
+    whole-update speedup the model expects; ``realized``, the median steady env steps/s of (b) over (a)'s
+    (same rounds, compilation excluded); ``fraction``: (realized - 1) / (predicted - 1), the share of the
+    predicted saving realized (None where a value is missing)."""
+    def median(label, key):
+        xs = [r[key] for r in runs[label] if r.get(key) is not None]
+        return float(np.median(xs)) if xs else None
+
+    for rs in runs.values():
+        for r in rs:
+            if isinstance(r.get("steady"), dict):
+                r["steady_steps_per_s"] = r["steady"]["steps_per_s"]
+    p, base = median(labels[0], "actor_share_uncompressed"), median(labels[0], "steady_steps_per_s")
+    out = {}
+    for label in labels[1:-1]:
+        s, rate = median(label, "actor_policy_speedup"), median(label, "steady_steps_per_s")
+        predicted = None if p is None or not s else 1.0 / ((1.0 - p) + p / s)
+        realized = None if rate is None or not base else rate / base
+        fraction = (None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
+                    else (realized - 1.0) / (predicted - 1.0))
+        out[label] = dict(p=p, s=s, predicted=predicted, realized=realized, fraction=fraction)
+    return out
 
 
 def _bare(fields: dict, updates: int, chunk: int) -> dict:
@@ -344,5 +390,7 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
     table = summarise(b.kind, runs)
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
-        out["verdict"] = verdict(table, list(b.configs))
+        labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
+        out["verdict"] = verdict(table, labels)
+        out["amdahl"] = amdahl(runs, labels)
     return out

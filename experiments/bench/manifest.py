@@ -57,6 +57,10 @@ CARTPOLE_TARGET = 475.0  # gymnasium's reward threshold for CartPole-v1 (the max
 MINATAR = dict(loss="actor-critic")  # the minatar preset's: IMPALA's one gradient step per update
 # The mujoco preset's settings (accerl_jax/tools/presets.py), its env left to each configuration.
 MUJOCO = {k: v for k, v in PRESETS["mujoco"].settings.items() if k != "env"}
+# compression_search_breakout_minatar's search agent: N is the MinAtar paper's net (accerl_jax.networks.
+# MinAtarActorCritic) at 4x its widths, so that distill:small's student is the paper's conv 16 + dense 128.
+SEARCH_MINATAR = dict(agent="search", network="minatar", hidden_sizes=(64, 512), num_envs=64, rollout_length=16,
+                      num_simulations=16)
 SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
 
 BENCHMARKS = (
@@ -180,6 +184,24 @@ BENCHMARKS = (
           ("cartpole", "gymnax:CartPole-v1", "distill:small", CARTPOLE_TARGET, 200_000, {}),
           # 5.0: reached by the uncompressed learner within 200k steps on a 2-core CPU (untrained ~0.5); chosen, not published
           ("breakout_minatar", "gymnax:Breakout-MinAtar", "distill:small", 5.0, 200_000, MINATAR))),
+    Benchmark(
+        "compression_search_breakout_minatar", "compression",
+        "The honest comparison where the actor is the run: a search agent (--agent search, Gumbel MuZero, 16 "
+        "simulations: 17 network evaluations per env step) on Breakout-MinAtar, 64 envs x 16 steps, the learner's "
+        "network N the MinAtar paper's net at 4x its widths (conv 64, dense 512); (a) N with --compressor none, "
+        "(b) N searched with a compressed copy (distill:small, whose student is the MinAtar paper's conv 16 + "
+        "dense 128; int8), (c) that student trained directly; seconds to the target (compilation included), "
+        "final return at the budget, and the Amdahl check of each (b).",
+        "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final return; "
+        "p >= 0.8 and the realized saving >= 80% of Amdahl's prediction",
+        {"(a) N, none": {"compressor": "none"}, "(b) N, distill:small": {"compressor": "distill:small"},
+         "(b) N, int8": {"compressor": "int8"},
+         "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
+        ("time_to_target_s", "(a) N, none"),
+        # 6.0: chosen, not published: reached by (a) within 100k steps in probes here (an untrained search ~4)
+        dict(env="gymnax:Breakout-MinAtar", target=6.0, steps=150_000, seeds=[0, 1, 2], log_every=5,
+             fields=SEARCH_MINATAR),
+        dict(SMOKE_TRAIN, steps=2048, configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"])),
     Benchmark(
         "corrector_ablation", "training",
         "Final return on CartPole-v1 per off-policy corrector when the actor runs a 90%-magnitude-pruned policy "

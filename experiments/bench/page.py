@@ -76,10 +76,25 @@ def section(b, results: dict) -> list[str]:
         lines += [record_line(r, r["record"]), "", *table(b, r), ""]
         if "verdict" in r:
             v = r["verdict"]
-            lines += [f"Compression pays here: **{'yes' if v['pays'] else 'no'}** ((b) sooner than (a) and (c): "
-                      f"{'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final return: "
+            which = f" (`{v['best']}`)" if "best" in v and len(b.configs) > 3 else ""
+            lines += [f"Compression pays here{which}: **{'yes' if v['pays'] else 'no'}** ((b) sooner than (a) and "
+                      f"(c): {'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final return: "
                       f"{'yes' if v['equal_final_return'] else 'no'}).", ""]
+        lines += amdahl_lines(r.get("amdahl") or {})
     return lines
+
+
+def amdahl_lines(checks: dict) -> list[str]:
+    """One line per (b) of a compression benchmark's Amdahl check (:func:`experiments.bench.kinds.amdahl`)."""
+    lines = []
+    for label, a in checks.items():
+        if None in (a["p"], a["s"], a["realized"]):
+            continue
+        frac = "—" if a["fraction"] is None else f"{a['fraction']:.0%}"
+        lines.append(f"- `{label}`: uncompressed actor share p = {a['p']:.2f} (FLOPs), actor forward {a['s']:.2f}x: "
+                     f"Amdahl predicts {a['predicted']:.2f}x steady steps/s, measured {a['realized']:.2f}x "
+                     f"({frac} of the predicted saving).")
+    return lines + [""] if lines else lines
 
 
 def page(results: str) -> str:
