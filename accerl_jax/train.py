@@ -106,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from accerl_jax.run.training import run_training  # heavy imports after --help has been served
 
     line = resume_line(cfg)
-    if line is not None:
-        print(line, flush=True)
-    try:
-        summary = run_training(cfg)
+    try:  # the --resume line once its settings pass the checks (a refused resume prints the refusal alone)
+        summary = run_training(cfg, announce=None if line is None else lambda: print(line, flush=True))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -485,6 +485,18 @@ def test_a_resumed_run_says_where_it_continues_from(real_run):
     assert train_cli.resume_line(train_cli.parse_config(["--seed", "3"])) is None
 
 
+def test_a_refused_resume_prints_the_refusal_alone(real_run, capsys):
+    """The resume line comes once the settings pass their checks: a resume with another global batch is
+    refused with exit 2 and one error line, and no "resuming ..." line before it."""
+    from accerl_jax import train as train_cli
+
+    before = sorted(os.listdir(os.path.join(str(real_run), "checkpoints")))
+    assert train_cli.main(["--resume", str(real_run), "--num-envs", "4", "--total-steps", "48"]) == 2
+    out, err = capsys.readouterr()
+    assert "resuming" not in out and err.startswith("error: bad --resume") and err.count("\n") == 1
+    assert sorted(os.listdir(os.path.join(str(real_run), "checkpoints"))) == before  # nothing written
+
+
 def test_normalised_run_exports_and_evaluates_with_its_frozen_statistics(tmp_path):
     """A run trained with --normalize-observations: the exported program takes raw observations and gives
     the actions of the run's network on those observations normalised with the checkpoint's statistics;

@@ -11,6 +11,7 @@ signals, the divergence stop, resume, teardown and the summary.
 from __future__ import annotations
 
 import shutil
+from typing import Callable
 
 from accerl_jax.platform import clock
 from accerl_jax.run import distributed, folder as run_folder
@@ -21,24 +22,26 @@ from accerl_jax.run.build import setup
 from accerl_jax.run.signals import StopSignals
 
 
-def run_training(cfg: Config) -> dict:
+def run_training(cfg: Config, announce: Callable[[], None] | None = None) -> dict:
     """Run one training job and return its summary (also written to ``<logdir>/summary.json``):
     :func:`run_training_result`'s ``summary``.
 
     Raises:
       ConfigError, accerl_jax.run.signals.Interrupted: as :func:`run_training_result`.
     """
-    return run_training_result(cfg).summary
+    return run_training_result(cfg, announce).summary
 
 
-def run_training_result(cfg: Config) -> Result:
+def run_training_result(cfg: Config, announce: Callable[[], None] | None = None) -> Result:
     """Run one training job; return its :class:`~accerl_jax.run.driver.Result`: the summary (also written to
     ``<logdir>/summary.json``) and the final state of its first seed (``learner_params``,
     ``actor_params`` and ``obs``, the last rollout's observations ``[T * B, *obs_shape]``), for
     experiments that study the trained policy.
 
     SIGINT/SIGTERM stop it at an update boundary (:mod:`accerl_jax.run.signals`); a checkpoint is saved and
-    the summary has ``"stopped": "interrupted"`` and ``"exit_signal"``.
+    the summary has ``"stopped": "interrupted"`` and ``"exit_signal"``. ``announce`` is called once every
+    setting has passed its checks, before training starts (the CLI prints its ``--resume`` line there, so
+    that a refused resume prints the refusal alone).
 
     Raises:
       ConfigError: for any bad setting (env, compressor, corrector, loop, numeric value, log folder,
@@ -56,6 +59,8 @@ def run_training_result(cfg: Config) -> Result:
             if vote is not None:  # the other processes stop with it, before writing anything
                 vote.refuse(str(err))
             raise
+        if announce is not None:
+            announce()
         driver = None
         try:
             driver = Driver(run, stop, entered)
