@@ -4,7 +4,8 @@
 Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.tools.trained`) on fresh environments of the
 run's env id, through the same adapters as training (:mod:`accerl_jax.envs`: episode ends and time
 limits as the learner saw them), prints the return and length statistics and writes them atomically to
-``<RUN_DIR>/eval.json``; nothing else in the run folder changes. Each of the ``B`` envs plays a fixed
+``<RUN_DIR>/eval.json`` (for a run of several seeds or a sweep, the chosen run's own folder's
+``eval.json``, e.g. ``<RUN_DIR>/seed1/eval.json``); nothing else in the run folder changes. Each of the ``B`` envs plays a fixed
 quota of the ``N`` episodes (``N // B``, one more for the first ``N % B``), so short episodes are not
 over-represented. ``--video`` writes one episode as an animated GIF or MP4 (:mod:`accerl_jax.tools.video`).
 Bad input exits with status 2 and one line naming it (no traceback).
@@ -29,7 +30,8 @@ DIVERGENCE_OBS = 512  # at most this many visited observations for the KL/agreem
 
 @dataclasses.dataclass
 class Args:
-    """Evaluate a trained run's policy on fresh episodes; writes <RUN_DIR>/eval.json."""
+    """Evaluate a trained run's policy on fresh episodes; writes <RUN_DIR>/eval.json (a --num-seeds or
+    --sweep run: the chosen run's own folder's, <RUN_DIR>/seed<k>/eval.json)."""
 
     run_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN_DIR")]
     """The run folder (--logdir of training), or one of its checkpoints/<update> folders."""
@@ -208,8 +210,22 @@ def stats(values) -> dict:
     return {"mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
 
 
+def own_folder(trained, seed_index: int) -> str:
+    """Where the evaluation of run ``seed_index`` of ``trained``'s run is written: the run folder itself, or,
+    for a run of several (``--num-seeds``, ``--sweep``), that run's own folder (``seed<k>/``,
+    ``<name>=<value>-seed<k>/``: :func:`accerl_jax.run.replicas.folder`) beside its own summary, so that the
+    seeds' evaluations do not overwrite one another; the run folder where an older run has no such folder."""
+    from accerl_jax.run import replicas
+
+    runs = replicas.replicas(trained.cfg)
+    if len(runs) == 1:
+        return trained.run_dir
+    own = os.path.join(trained.run_dir, runs[seed_index].folder)
+    return own if os.path.isdir(own) else trained.run_dir
+
+
 def evaluate(args: Args) -> dict:
-    """Evaluate as the CLI does and return the record written to ``<RUN_DIR>/eval.json``.
+    """Evaluate as the CLI does and return the record written to ``<RUN_DIR>/eval.json`` (:func:`own_folder`).
 
     Raises:
       ConfigError: any bad flag or run folder (see the module docstring), before anything is written.
@@ -220,10 +236,11 @@ def evaluate(args: Args) -> dict:
     check_args(args)
     trained = trained_lib.load(args.run_dir, policy=args.policy, step=args.step, num_envs=args.num_envs,
                                seed=args.seed, seed_index=args.seed_index)
-    out_path = os.path.join(trained.run_dir, EVAL_FILE)
-    if not os.access(trained.run_dir, os.W_OK):
-        raise ConfigError(f"bad {trained_lib.WHAT} {args.run_dir!r}: cannot write {EVAL_FILE} there (no write "
-                          "permission); copy the run folder somewhere writable")
+    out_dir = own_folder(trained, args.seed_index)
+    out_path = os.path.join(out_dir, EVAL_FILE)
+    if not os.access(out_dir, os.W_OK):
+        raise ConfigError(f"bad {trained_lib.WHAT} {args.run_dir!r}: cannot write {EVAL_FILE} in {out_dir} (no "
+                          "write permission); copy the run folder somewhere writable")
     from accerl_jax.search.evaluation import search_settings
 
     search = search_settings(trained.cfg, args.num_simulations, args.no_search)
@@ -246,6 +263,7 @@ def evaluate(args: Args) -> dict:
         "episodes": len(played["returns"]),
         "num_envs": args.num_envs,
         "seed": args.seed,
+        "seed_index": args.seed_index,
         "return": stats(played["returns"]),
         "length": stats(played["lengths"]),
     }
@@ -253,7 +271,7 @@ def evaluate(args: Args) -> dict:
         # The actor against the learner on the states this evaluation visited, beside the run's own last
         # logged values (its summary.json, measured on training rollouts).
         record.update({f"eval_obs_{k}": v for k, v in trained_lib.divergence(trained, played["obs"]).items()})
-        summary = _read_json(os.path.join(trained.run_dir, "summary.json"))
+        summary = _read_json(os.path.join(out_dir, "summary.json"))
         record["run_kl_learner_actor"] = summary.get("kl_learner_actor")
         record["run_action_agreement"] = summary.get("action_agreement")
     if args.video is not None:

@@ -255,6 +255,15 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
         # The same count over a wall time taken a little earlier (each seed's summary is written first).
         assert s["total_env_steps"] == summary["env_steps_per_seed"]
         assert summary["steps_per_s_per_seed"] <= s["steps_per_s"] <= 1.5 * summary["steps_per_s_per_seed"]
+    # Each seed's evaluation is written beside its own summary; neither overwrites the other's.
+    from accerl_jax import evaluate
+    records = [evaluate.evaluate(evaluate.Args(str(logdir), episodes=2, num_envs=2, seed_index=k, progress=False))
+               for k in range(2)]
+    for k, record in enumerate(records):
+        with open(os.path.join(logdir, f"seed{k}", evaluate.EVAL_FILE)) as f:
+            assert json.load(f) == record and record["seed_index"] == k
+        assert record["run_kl_learner_actor"] == per_seed[k]["kl_learner_actor"]
+    assert not os.path.exists(os.path.join(logdir, evaluate.EVAL_FILE))
 
 
 @pytest.mark.slow
