@@ -205,7 +205,7 @@ def test_out_of_memory_is_one_line_naming_the_sizes(tmp_path, capsys, monkeypatc
 
     from accerl_jax.run import training
 
-    def fail(cfg):
+    def fail(cfg, announce=None):
         raise jax.errors.JaxRuntimeError(message)
 
     monkeypatch.setattr(training, "run_training", fail)
