@@ -5,8 +5,8 @@ Runs ``N`` whole episodes of a trained policy (:mod:`accerl_jax.tools.trained`) 
 run's env id, through the same adapters as training (:mod:`accerl_jax.envs`: episode ends and time
 limits as the learner saw them), prints the return and length statistics and writes them atomically to
 ``<RUN_DIR>/eval.json`` (for a run of several seeds or a sweep, the chosen run's own folder's
-``eval.json``, e.g. ``<RUN_DIR>/seed1/eval.json``); nothing else in the run folder changes. Each of the ``B`` envs plays a fixed
-quota of the ``N`` episodes (``N // B``, one more for the first ``N % B``), so short episodes are not
+``eval.json``, e.g. ``<RUN_DIR>/seed1/eval.json``); nothing else in the run folder changes. Each of the
+``B`` envs plays a fixed quota of the ``N`` episodes (``N // B``, one more for the first ``N % B``), so short episodes are not
 over-represented. ``--video`` writes one episode as an animated GIF or MP4 (:mod:`accerl_jax.tools.video`).
 Bad input exits with status 2 and one line naming it (no traceback).
 """

@@ -141,12 +141,14 @@ def verdict(table: dict, labels: list[str]) -> dict:
                  and b["final_return_mean"]["mean"] >= a["final_return_mean"]["min"])
         return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
 
+    judgements = {label: judged(label) for label in labels[1:-1]}
+
     def soonest(label):
         t = seconds(table[label])
-        return (not judged(label)["pays"], float("inf") if t is None else t)
+        return (not judgements[label]["pays"], float("inf") if t is None else t)
 
-    best = min(labels[1:-1], key=soonest)
-    return dict(judged(best), best=best)
+    best = min(judgements, key=soonest)
+    return dict(judgements[best], best=best)
 
 
 def amdahl(runs: dict, labels: list[str]) -> dict:
@@ -157,18 +159,17 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
     whole-update speedup the model expects; ``realized``, the median steady env steps/s of (b) over (a)'s
     (same rounds, compilation excluded); ``fraction``: (realized - 1) / (predicted - 1), the share of the
     predicted saving realized (None where a value is missing)."""
-    def median(label, key):
-        xs = [r[key] for r in runs[label] if r.get(key) is not None]
+    def median(label, value):  # value(run) -> float or None; None where no run has one
+        xs = [x for x in map(value, runs[label]) if x is not None]
         return float(np.median(xs)) if xs else None
 
-    for rs in runs.values():
-        for r in rs:
-            if isinstance(r.get("steady"), dict):
-                r["steady_steps_per_s"] = r["steady"]["steps_per_s"]
-    p, base = median(labels[0], "actor_share_uncompressed"), median(labels[0], "steady_steps_per_s")
+    def steady(r):
+        return (r.get("steady") or {}).get("steps_per_s")
+
+    p, base = median(labels[0], lambda r: r.get("actor_share_uncompressed")), median(labels[0], steady)
     out = {}
     for label in labels[1:-1]:
-        s, rate = median(label, "actor_policy_speedup"), median(label, "steady_steps_per_s")
+        s, rate = median(label, lambda r: r.get("actor_policy_speedup")), median(label, steady)
         predicted = None if p is None or not s else 1.0 / ((1.0 - p) + p / s)
         realized = None if rate is None or not base else rate / base
         fraction = (None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
