@@ -245,8 +245,9 @@ CASES = [
     ("anakin-envpool-num-seeds", lambda t: _over(t) + ["--env", "envpool:CartPole-v1", "--loop", "anakin",
                                                        "--num-seeds", "2"], None,
      ["bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1", "vmap cannot copy", "--num-seeds 1"], SUB),
-    ("multihost-other-loop", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + ["--loop", "sebulba"], None,
-     ["bad --loop 'sebulba' with several processes", "--loop anakin, sequential or auto"], ""),
+    ("multihost-sebulba-auto", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + [
+        "--env", "envpool:CartPole-v1", "--compressor", "auto"], None,
+     ["bad --compressor auto with --loop sebulba and several processes", "use a fixed --compressor"], ""),
 ]
 
 

@@ -158,8 +158,8 @@ REFUSALS = [
     ("sebulba-actor-batch", dict(env="envpool:CartPole-v1", actor_threads=2, actor_batch=5), {}, None,
      ["bad --actor-batch 5: at most the 4 environments of each actor thread"]),
     # Several processes.
-    ("multihost-sebulba", dict(loop="sebulba", env="envpool:CartPole-v1"), TWO, None,
-     ["bad --loop 'sebulba' with several processes", "--loop anakin, sequential or auto"]),
+    ("multihost-sebulba-auto", dict(env="envpool:CartPole-v1", compressor="auto"), TWO, None,
+     ["bad --compressor auto with --loop sebulba and several processes", "use a fixed --compressor"]),
     ("multihost-envpool-seed", dict(env="envpool:CartPole-v1", seed=10**9), TWO, None, ["--seed"]),
     ("multihost-anakin-envpool", dict(env="envpool:CartPole-v1", loop="anakin"), TWO, None,
      ["bad --loop anakin for envpool:CartPole-v1 with several processes", "--loop sequential"]),
@@ -329,7 +329,7 @@ def test_every_refusal_site_has_a_row(request):
 DECISIONS = [
     ("gymnax-anakin", {}, {}, "anakin", 1, 0),
     ("envpool-sebulba", dict(env="envpool:Pong-v5"), {}, "sebulba", 1, 0),
-    ("envpool-multihost-sequential", dict(env="envpool:CartPole-v1"), TWO, "sequential", 1, 0),
+    ("envpool-multihost-sebulba", dict(env="envpool:CartPole-v1"), TWO, "sebulba", 1, 0),
     ("distill-async-sequential", dict(compressor="distill:tiny", distill_async=True), {}, "sequential", 1, 0),
     ("cnn-on-cpu-sequential", dict(env="gymnax:Breakout-MinAtar"), {}, "sequential", 1, 0),
     ("cnn-on-gpu-anakin", dict(env="gymnax:Breakout-MinAtar"), dict(backend="gpu"), "anakin", 1, 0),
@@ -366,7 +366,7 @@ def test_the_plan_records_the_folder_and_the_compressors_capabilities():
 
 def test_check_config_is_the_plan_without_the_environment():
     """What multi-host processes check before they join: the flags and the loop they choose."""
-    assert plan_lib.check_config(_config(env="envpool:CartPole-v1"), num_processes=2) == "sequential"
+    assert plan_lib.check_config(_config(env="envpool:CartPole-v1"), num_processes=2) == "sebulba"
     assert plan_lib.check_config(_config(env="gymnax:Breakout-MinAtar")) == "anakin"  # family not known yet
     with pytest.raises(ConfigError, match="bad --num-seeds 2 with several processes"):
         plan_lib.check_config(_config(num_seeds=2), num_processes=2)

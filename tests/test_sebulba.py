@@ -6,6 +6,7 @@ error after saving a checkpoint that resumes.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -366,3 +367,37 @@ def test_normalised_sebulba_run_publishes_statistics_to_actors_and_resumes_them(
     run_training(tiny(None, resume=str(logdir), updates=8, **norm))
     final = checkpoint.read_leaves(str(logdir), 8)
     assert count + 0.8 * 4 * 32 <= float(final[".normalizer.obs.count"]) <= 8 * 32
+
+
+# ---------------------------------------------------------------- across processes
+
+def test_two_processes_sebulba_interrupted_resumed_and_finished(tmp_path):
+    """Sebulba across processes (JAX's multi-controller runtime): each process's actor thread feeds its
+    shard of one global batch over the 4 learner devices. A SIGINT to process 0 alone stops both at the
+    same update (exit 130, a checkpoint); fresh sessions ``--resume`` the run on both processes and finish
+    its budget. At each stop both processes hold bitwise-equal learners and normalisation statistics (the
+    statistics learn from the global batch); only process 0 writes."""
+    from test_devices import _free_port, _launch
+    from two_devices import device_env
+
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    cmds = [[sys.executable, "-c", f"import sebulba_hosts as t; t.main({pid}, {port}, {str(logdir)!r})"]
+            for pid in range(2)]
+    outs = _launch(cmds, [dict(device_env(2), TMPDIR=str(tmp_path)) for _ in range(2)], tmp_path / "out", timeout=240)
+    results = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:]) for o in outs]
+    assert [r["codes"] for r in results] == [[130, 0], [130, 0]]
+    for pid, out in enumerate(outs):
+        assert len([ln for ln in out.splitlines() if ln.startswith("NORM ")]) == 2, out[-2000:]
+    for prefix in ("NORM 0 ", "NORM 1 ", "process {pid} of 2: learner parameters digest "):
+        seen = [[ln for ln in out.splitlines() if ln.startswith(prefix.format(pid=pid))] for pid, out in enumerate(outs)]
+        assert all(seen) and [s[0].split()[-1] for s in seen][0] == [s[0].split()[-1] for s in seen][1], prefix
+        if prefix.startswith("process"):  # the interrupted session's and the finished one's
+            assert len(seen[0]) == len(seen[1]) == 2 and seen[0][1].split()[-1] == seen[1][1].split()[-1]
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["loop"] == "sebulba" and summary["num_processes"] == 2 and summary["learner_devices"] == 4
+    assert summary["learner_batch"] == 8 and summary["stopped"] is None and summary["updates"] == 10
+    assert 2 <= summary["resumed_from_update"] < 10 and summary["total_env_steps"] == 10 * 8 * 4
+    assert checkpoint_steps(logdir)[-1] == 10
+    assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind

@@ -1,5 +1,5 @@
 """The Sebulba stepper (``--loop sebulba``, the default for envpool; docs/DESIGN.md "Execution styles";
-Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads, all in one process:
+Podracer's Sebulba, arXiv 2104.06272, and cleanba). Threads of each process:
 
 * ``--actor-threads`` actor threads (:class:`accerl_jax.async_actor.AsyncActor`), each stepping its own
   envpool in async mode (``recv``/``send`` of ``--actor-batch`` environments) and running the compressed
@@ -24,6 +24,18 @@ normalised with those. An actor's statistics may be a few versions older than th
 raw observations' view that is one more difference between μ and π, and the stored ``log μ(a|x)``
 corrects for it as it does for the parameters' lag.
 
+Several processes (``--num-processes``; cleanba's layout): every process runs these threads. Its actors'
+rollouts go to its first learner device; the update (:class:`accerl_jax.run.shards.GlobalUpdate`) takes
+them as its devices' shard of the global batch ``[T, processes x --num-envs]`` over the mesh of every
+process's learner devices, so the learners stay bitwise equal. What the processes must learn alike is
+learnt from the global batch, gathered in the learner thread (:func:`accerl_jax.run.shards.gather_columns`):
+the normalisation statistics, the compressor's observations (the teacher's outputs at them come gathered
+from the update) and int8's first calibration. Only the learner thread enters cross-process collectives
+(the update, those gathers, the driver's stop vote), in the same order on every process. Each compressor
+thread still skips to the newest parameters at its own pace, so the processes' actors may differ by a
+version. Env ``g`` of the run's ``processes x --num-envs`` is seeded as in the other loops; each actor
+thread has its own action key.
+
 A worker thread that raises stops the run within ~:data:`POLL_S`: the stepper re-raises the worker's own
 exception, and the driver saves the last completed update. Host environments restart on ``--resume``.
 
@@ -45,9 +57,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from accerl_jax.run import checkpoint
+from accerl_jax.run import checkpoint, shards
 from accerl_jax import learner as learner_lib
 from accerl_jax import normalize
 from accerl_jax.actor import HostActor
@@ -61,7 +73,7 @@ from accerl_jax.loops import shared
 from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.sebulba_compress import compress_loop
 from accerl_jax.loops.sebulba_threads import Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
-from accerl_jax.run.build import DIVERGENCE_SAMPLES, Run, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, Run, local_learner_devices, teacher_kwargs
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
 JOIN_S = 10.0  # how long the learner waits for a stopping worker thread
@@ -84,11 +96,19 @@ class SebulbaStepper:
         cfg = run.cfg
         self.guard = UpdateGuard(shared.learner_update(run), cfg.on_nan, skipped=run.extra.get("skipped_updates", 0),
                                  family=run.plan.spec.family)
-        mesh = run.mesh  # with --actor-device cpu-apart on XLA:CPU, every local device but cpu:0
-        self.actor_device = mesh.devices.flat[0] if cfg.actor_device == "learner" else jax.devices("cpu")[0]
+        # Where the learner's inputs go: with one process, its mesh (with --actor-device cpu-apart on XLA:CPU,
+        # every local device but cpu:0); with several, this process's first learner device, where its
+        # process-local learner state lives: the update assembles the global batch from each process's
+        # rollouts (accerl_jax.run.shards.GlobalUpdate), as in the sequential loop.
+        self.processes, self.pid = run.plan.num_processes, run.plan.process_id
+        local = run.mesh if self.processes == 1 else Mesh(np.asarray(local_learner_devices(run.mesh)[:1]),
+                                                          (learner_lib.AXIS,))
+        self.local_replicated = NamedSharding(local, P())
+        self.actor_device = (local.devices.flat[0] if cfg.actor_device == "learner"
+                             else jax.local_devices(backend="cpu")[0])
         self.threads_n, self.per_thread, self.batch = cfg.actor_threads, cfg.num_envs // cfg.actor_threads, actor_batch(cfg)
-        self.rollout_sharding = (NamedSharding(mesh, P(None, learner_lib.AXIS))
-                                 if self.per_thread % mesh.devices.size == 0 else mesh.devices.flat[0])
+        self.rollout_sharding = (NamedSharding(local, P(None, learner_lib.AXIS))
+                                 if self.per_thread % local.devices.size == 0 else local.devices.flat[0])
         self.rollout = None
         self.lags: list[int] = []
         # Stage seconds of every thread (drained into each Step); the learner's own go to the same clock.
@@ -107,28 +127,35 @@ class SebulbaStepper:
                               run.plan.spec.family).act if cfg.normalize_observations else run.actor.act)
         if self.normalizing:
             self._normalize = jax.jit(normalize.normalize_rollout)
-            self._update_norm = jax.jit(
-                lambda n, r: normalize.update_from_rollout(n, r.obs, r.reward, r.terminated | r.truncated, r.valid,
-                                                           cfg.discount))
+            self._normalize_obs = jax.jit(normalize.normalize_obs)
+            self._update_norm = jax.jit(lambda n, r: normalize.update_from_rollout(
+                n, r["obs"], r["reward"], r["terminated"] | r["truncated"], r["valid"], cfg.discount))
 
     def _start(self) -> None:
         run = self.run
         if run.plan.resume is None:
             state, base_key = run.state, run.k_actor
-            # The first observations calibrate int8's activation ranges.
+            # The first observations calibrate int8's activation ranges: the whole global batch's, so that
+            # every process starts from the same compressed policy.
             _, first_obs = run.env.reset()
+            first_obs = shards.gather_columns(np.asarray(first_obs)[None])[0]
             with self.clock.time("compress"):  # on the learner's devices, where its parameters live
                 actor_params, comp_state = run.compressor.init(state.params, run.k_comp, jnp.asarray(first_obs))
                 jax.block_until_ready(actor_params)
         else:
             state, lagged, comp_state, base_key = run.restored[:4]
+            if self.processes > 1:  # restored as host arrays: onto this process's first learner device
+                state, lagged, comp_state, base_key = jax.device_put((state, lagged, comp_state, base_key),
+                                                                     self.local_replicated)
             actor_params = lagged[-1]
         if self.normalizing:
+            # The statistics of the global batch (every process's envs), the same on every process.
             norm = (run.restored.normalizer if run.plan.resume is not None else normalize.init_state(
-                run.info.obs_shape, run.cfg.num_envs, run.cfg.normalize_observations, run.cfg.normalize_rewards))
+                run.info.obs_shape, run.cfg.num_envs * self.processes, run.cfg.normalize_observations,
+                run.cfg.normalize_rewards))
             if norm.returns is not None:  # host envs restart on --resume: so do their discounted returns
                 norm = norm._replace(returns=jnp.zeros_like(norm.returns))
-            self.norm = jax.device_put(norm, NamedSharding(run.mesh, P()))
+            self.norm = jax.device_put(norm, self.local_replicated)
         self.state = state
         self.thread_key, self.saved_key = jax.random.split(base_key)
         start = run.start_update
@@ -152,15 +179,33 @@ class SebulbaStepper:
 
         def body():
             # Built in the thread: a failure here stops the run like any other (and envs build in parallel).
+            # Env g of the run's num_envs x processes is seeded seed x (that total) + g (as in the other loops);
+            # this thread holds the index-th block of its process's block, and its own action key.
+            first = self.pid * cfg.num_envs + index * self.per_thread
             env = AsyncEnvpoolEnv(cfg.env.split(":", 1)[1], self.per_thread, self.batch,
-                                  envpool_seed(cfg.seed, cfg.num_envs, index * self.per_thread),
+                                  envpool_seed(cfg.seed, cfg.num_envs * self.processes, first),
                                   reward_clip=cfg.reward_clip)
-            key = jax.device_put(jax.random.fold_in(self.thread_key, index), self.actor_device)
+            key = jax.random.fold_in(self.thread_key, self.pid * self.threads_n + index)
+            key = jax.device_put(key, self.actor_device)
             actor = AsyncActor(env, self.act, cfg.rollout_length, key)
             feed(actor.rollouts(lambda: self.actor_box.item, self.stopping.is_set), self.rollout_sharding,
                  self.rollouts, self.stopping, self.clock, self.put_wait, POLL_S)
 
         return body
+
+    def _learner_view(self, rollout):
+        """``(rollout as the learner trains on it, the global batch's observations as the learner sees them
+        [T, B, ...])``: with normalisation, both normalised with the statistics before this update, which
+        are then updated from the global batch's raw rollout. Several processes: the statistics and the
+        compressor learn from the observations of every process (gathered, a collective), so that they
+        stay the same on every process; one process: ``B`` is this rollout's."""
+        fields = ("obs", "reward", "terminated", "truncated", "valid") if self.normalizing else ("obs",)
+        raw = shards.gather_columns({k: getattr(rollout, k) for k in fields})
+        if not self.normalizing:
+            return rollout, raw["obs"]
+        before = self.norm
+        rollout, self.norm = self._normalize(before, rollout), self._update_norm(before, raw)
+        return rollout, rollout.obs if self.processes == 1 else self._normalize_obs(before.obs, raw["obs"])
 
     def _wait_for_compression(self, version: int) -> None:
         """Wait until the compressor has processed ``version``."""
@@ -200,8 +245,7 @@ class SebulbaStepper:
                 items = [take(self.rollouts, self.failure, POLL_S) for _ in range(self.threads_n)]
             parts = [item[0] for item in items]
             rollout = parts[0] if self.threads_n == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
-            if self.normalizing:  # the learner's statistics, then updated from the raw rollout
-                rollout, self.norm = self._normalize(self.norm, rollout), self._update_norm(self.norm, rollout)
+            rollout, learner_obs = self._learner_view(rollout)
             self.rollout = rollout
             for _, _, seconds in items:
                 for stage, sec in seconds.items():
@@ -217,7 +261,7 @@ class SebulbaStepper:
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it,
                                                                 actor_params=self.actor_box.item[0])
                 jax.block_until_ready(self.state)
-            obs = rollout.obs.reshape((-1,) + run.info.obs_shape)
+            obs = learner_obs.reshape((-1,) + run.info.obs_shape)
             self.learner_box.publish((self.state.params, obs, teacher_kwargs(outputs, obs.shape[0]), rollout,
                                       rho_params), it)
             events = self._drain()

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.run import checkpoint
+from accerl_jax.run import checkpoint, shards
 from accerl_jax.platform.clock import StageClock
 from accerl_jax.run.driver import Bad, Episodes, Events, Final, Refresh, Step
 from accerl_jax.run.guard import UpdateGuard
@@ -115,11 +115,7 @@ class SequentialStepper:
         """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
         (process order), so that every process compresses (distils), and ``--compressor auto`` warms its
         candidates, on the same observations, and their actors stay identical."""
-        if self.run.plan.num_processes > 1:
-            from jax.experimental import multihost_utils
-
-            obs = jnp.asarray(np.concatenate(list(multihost_utils.process_allgather(obs)), axis=1))
-        return obs
+        return shards.gather_columns(obs)
 
     def row(self, update: int) -> list:
         run = self.run

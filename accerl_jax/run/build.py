@@ -298,13 +298,13 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         # Settings, not a transformation: the update builds Adam from its traced learning rate and clip
         # (learner.make_update's hyper), so another value reuses the compiled programs.
         optimizer = learner_lib.AdamConfig(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
-        # The learner's mesh: all devices of all processes (one process: its local devices, but cpu:0 with
-        # --actor-device cpu-apart on XLA:CPU, where the actor runs).
-        mesh = learner_lib.make_mesh(jax.devices() if n_proc > 1 else jax.local_devices()[plan.first_learner_device:])
+        # The learner's mesh: all devices of all processes, process after process, but each process's cpu:0
+        # with --actor-device cpu-apart on XLA:CPU, where its actor runs.
+        mesh = learner_lib.make_mesh(learner_devices(plan.first_learner_device))
         # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
-        # sequential loop keeps process-local state and its update assembles the global batch.
+        # sequential and Sebulba loops keep process-local state and their update assembles the global batch.
         global_state = n_proc == 1 or plan.loop == "anakin"
-        state_mesh = learner_lib.make_mesh(jax.local_devices()[:1]) if n_proc > 1 else mesh
+        state_mesh = learner_lib.make_mesh(local_learner_devices(mesh)[:1]) if n_proc > 1 else mesh
         make_learner = functools.partial(
             learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh)
         learner = make_learner()
@@ -403,6 +403,23 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         if claimed:
             run_folder.free_claim(logdir)
         raise
+
+
+def learner_devices(first: int) -> list:
+    """The learner's devices over all processes, in process order: each process's local devices from its
+    ``first`` on (``first`` 1: ``--actor-device cpu-apart`` on XLA:CPU keeps each process's cpu:0 for its
+    actor; :func:`accerl_jax.run.plan.first_learner_device`)."""
+    if jax.process_count() == 1:
+        return jax.local_devices()[first:]
+    by_process: dict = {}
+    for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
+        by_process.setdefault(d.process_index, []).append(d)
+    return [d for p in sorted(by_process) for d in by_process[p][first:]]
+
+
+def local_learner_devices(mesh) -> list:
+    """This process's devices of the learner's ``mesh``, in mesh order."""
+    return [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
 
 
 def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable | None, update: Callable, params,

@@ -208,3 +208,12 @@ def from_process_0(tree):
     from jax.experimental import multihost_utils
 
     return jax.tree.map(float, multihost_utils.broadcast_one_to_all(jax.tree.map(float, tree)))
+
+
+def wait_for_all(name: str) -> None:
+    """Block until every process of a multi-host run has called this with the same ``name`` (a barrier;
+    :func:`jax.experimental.multihost_utils.sync_global_devices`). A run ends with it, so that no process
+    goes on (e.g. to ``--resume`` the run) before process 0 has written its last checkpoint and summary."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)

@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # importing accerl_jax.envs imports gymnax, which starts JAX'
 
 LOOPS = ("auto", "anakin", "sequential", "sebulba")
 JITTABLE_BACKENDS = ("gymnax:", "pgx:")  # --env prefixes of pure JAX envs (the Anakin loop steps them in its program)
-MULTI_HOST_LOOPS = ("auto", "anakin", "sequential")  # --loop values a multi-host run accepts
 SEBULBA_FLAGS = {"actor_threads": 1, "actor_batch": 0, "actor_device": "cpu", "queue_size": 2}
 MAX_UPDATES = 2**31 - 1  # the optimizer's step counter is int32
 # APPO's passes over each rollout where --epochs is 0 (its default). Measured on the main job (CartPole-v1,
@@ -195,9 +194,6 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
         if cfg.distill_async:
             raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
                               "itself, synchronously; drop the flag")
-    if num_processes > 1 and cfg.loop not in MULTI_HOST_LOOPS:
-        raise ConfigError(f"bad --loop {cfg.loop!r} with several processes: multi-host training runs the Anakin "
-                          "loop (gymnax envs) or the sequential loop; use --loop anakin, sequential or auto")
     if cfg.env.startswith("envpool:"):
         try:  # the last replica's block of env seeds must fit envpool's int seed
             envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
@@ -252,8 +248,10 @@ def check_multi_host(cfg: Config, loop: str) -> None:
     """Refuse what a run of several processes cannot do with ``loop``.
 
     Raises:
-      ConfigError: the Anakin loop with an envpool env or ``--num-seeds`` > 1; ``--resume`` outside the
-        Anakin loop (the sequential loop's actors keep process-local state, which a checkpoint does not hold).
+      ConfigError: the Anakin loop with an envpool env or ``--num-seeds`` > 1; the Sebulba loop with
+        ``--compressor auto`` (each process's compressor thread would take its decisions alone);
+        ``--resume`` with the sequential loop (its actors keep process-local env state, which a checkpoint
+        does not hold; Sebulba's host envs restart on a resume in every loop).
     """
     if loop == "anakin":
         if not cfg.env.startswith(JITTABLE_BACKENDS):
@@ -265,10 +263,15 @@ def check_multi_host(cfg: Config, loop: str) -> None:
         if cfg.sweep:
             raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with several processes: train one value per "
                               "multi-host run (its own flags), or sweep on one process")
+    elif loop == "sebulba":
+        if cfg.compressor == "auto":
+            raise ConfigError("bad --compressor auto with --loop sebulba and several processes: each process's "
+                              "compressor thread would take its decisions alone, and the processes must agree; "
+                              "use a fixed --compressor, or --loop sequential")
     elif cfg.resume is not None:
         raise ConfigError(f"bad --resume {cfg.resume!r} with several processes and --loop {loop}: only a "
-                          "multi-host run of the Anakin loop (gymnax envs) can be resumed (the sequential loop's "
-                          "actors and compressors keep process-local state); start a new run")
+                          "multi-host run of the Anakin loop (gymnax envs) or the Sebulba loop (envpool) can be "
+                          "resumed (the sequential loop's actors keep process-local env state); start a new run")
 
 
 def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, family: str | None = None,
@@ -276,7 +279,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     """The loop ``cfg.loop`` names, ``auto`` resolved, and the refusals of what that loop cannot run.
 
     ``auto``: ``anakin`` for gymnax envs (``sequential`` with ``--distill-async``), ``sebulba`` for envpool
-    (``sequential`` with several processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
+    (on any number of processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
     :func:`accerl_jax.platform.xla.is_conv`) on CPU (``backend``
     ``"cpu"``) with one seed moves from Anakin to the sequential loop: its gradient steps inside one
     XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
@@ -290,7 +293,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     loop = cfg.loop
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
-            loop = "sebulba" if num_processes == 1 else "sequential"
+            loop = "sebulba"
         elif cfg.agent == "search":
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
         elif cfg.distill_async and replicas.count(cfg) == 1:

@@ -131,6 +131,19 @@ def make_global_update(update: Callable, mesh: Mesh) -> GlobalUpdate:
     return GlobalUpdate(update, mesh)
 
 
+def gather_columns(tree):
+    """Every process's ``[T, b, ...]`` leaves of ``tree`` as the global batch's ``[T, P * b, ...]``, process
+    after process (the columns' order in a mesh of the processes' devices in process order, as
+    :class:`GlobalUpdate` lays out the batch). A collective: every process must call it with the same
+    structure and shapes, in the same order. One process: ``tree`` unchanged."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(tree)  # [P, T, b, ...] numpy leaves
+    return jax.tree.map(lambda x: jnp.asarray(np.concatenate(list(x), axis=1)), gathered)
+
+
 def params_digest(params) -> str:
     """SHA-256 (hex, first 16 digits) of the parameters' bytes, leaf by leaf: equal digests on two
     processes mean bitwise-equal parameters."""

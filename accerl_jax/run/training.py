@@ -71,6 +71,8 @@ def run_training_result(cfg: Config, announce: Callable[[], None] | None = None)
             if run.outputs.claimed and (driver is None or driver.completed == run.start_update):
                 run_folder.free_claim(run.outputs.logdir)
             raise
+        if run.plan.num_processes > 1:  # process 0 has written the run's last checkpoint and summary
+            distributed.wait_for_all("accerl_jax: run written")
         if run.plan.process_id != 0:  # multi-host processes other than 0 keep no files
             shutil.rmtree(run.outputs.logdir, ignore_errors=True)
             result.summary["logdir"] = None
