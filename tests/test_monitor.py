@@ -230,21 +230,26 @@ def test_console_table_every_n_logs(tmp_path, capsys):
     assert "|log ρ|" not in capsys.readouterr().out
 
 
-def test_progress_bar_and_console_table_say_when_steps_are_one_seeds(tmp_path, capsys):
+@pytest.mark.parametrize("seeds, word", [(0, "seed"), (2, "seed"), (2, "run")])
+def test_progress_bar_and_console_table_say_when_steps_are_one_seeds(tmp_path, capsys, seeds, word):
     """With --num-seeds the run's Monitor counts one seed's steps: the bar's rate and the table's columns say
-    "per seed"; with one seed they say plain steps/s."""
-    for seeds in (0, 2):
-        monitor = Monitor(str(tmp_path / f"s{seeds}"), 100, progress=True, table_every=1)
-        monitor.seeds = [Monitor(str(tmp_path / f"s{seeds}" / f"seed{k}"), 100, progress=False) for k in range(seeds)]
-        monitor.record_steps(50)
-        monitor.log(1, {})
-        monitor.close()
-        for m in monitor.seeds:
-            m.close()
-        out = capsys.readouterr().out
-        bar = [line for line in out.splitlines() if "50/100 steps" in line]
-        assert bar and all(("steps/s/seed" in line) == bool(seeds) and "steps/s" in line for line in bar), out
-        assert ("steps/s/seed" in out and "env steps/seed" in out) == bool(seeds), out
+    "per seed" (a --sweep's replicas, which differ in more than their seed: "per run"); with one seed they
+    say plain steps/s."""
+    monitor = Monitor(str(tmp_path / f"s{seeds}"), 100, progress=True, table_every=1)
+    monitor.seeds = [Monitor(str(tmp_path / f"s{seeds}" / f"seed{k}"), 100, progress=False) for k in range(seeds)]
+    monitor.replica_word = word
+    monitor.record_steps(50)
+    monitor.log(1, {})
+    monitor.close()
+    for m in monitor.seeds:
+        m.close()
+    out = capsys.readouterr().out
+    bar = [line for line in out.splitlines() if "50/100 steps" in line]
+    assert bar and all((f"steps/s/{word}" in line) == bool(seeds) and "steps/s" in line for line in bar), out
+    assert (f"steps/s/{word}" in out and f"env steps/{word}" in out) == bool(seeds), out
+    assert (f"x{seeds} {word}s" in out) == bool(seeds), out
+    other = {"seed": "run", "run": "seed"}[word]
+    assert f"/{other}" not in out, out
 
 
 def test_summary_steps_per_s_is_labelled_and_json_keeps_its_keys(runs, capsys):

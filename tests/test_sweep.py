@@ -31,7 +31,7 @@ def test_sweepable_names_are_the_learners_traced_hyperparameters():
     assert reps[5].values == {"learning_rate": 0.004, "entropy_coef": 0.0} and reps[5].seed == 6
 
 
-def test_sweep_runs_equal_separate_runs_resume_and_another_value_compiles_nothing(tmp_path):
+def test_sweep_runs_equal_separate_runs_resume_and_another_value_compiles_nothing(tmp_path, capsys):
     """One program of 4 combinations: each run's summary and parameters are those of the same run trained
     alone; a sweep stopped halfway and resumed ends where the uninterrupted one does (each run keeps its
     own values); a run with other values of every traced hyperparameter loads all its programs from the
@@ -56,8 +56,11 @@ def test_sweep_runs_equal_separate_runs_resume_and_another_value_compiles_nothin
     assert kernels and not any(np.allclose(a[p][k], b[p]) for p in kernels[:1] for k in range(3))
 
     # Stopped after half the budget and resumed: each run goes on with its own values.
-    half = tiny(tmp_path / "resumed", sweep=SWEEP, total_steps=4 * 8 * UPDATES // 2)
+    half = tiny(tmp_path / "resumed", sweep=SWEEP, total_steps=4 * 8 * UPDATES // 2, progress=True)
+    capsys.readouterr()
     run_training(half)
+    out = capsys.readouterr().out  # the console counts one run's steps, and says "run", not "seed"
+    assert "x4 runs" in out and "steps/s/run" in out and "/seed" not in out, out[-2000:]
     resumed = run_training(tiny(None, sweep=SWEEP, resume=str(tmp_path / "resumed")))
     assert resumed["updates"] == UPDATES
     c = checkpoint.read_leaves(str(tmp_path / "resumed"), UPDATES)

@@ -28,13 +28,14 @@ LEGEND = (
 )
 
 
-def table(row: dict, per_line: int = 3, per_seed: bool = False):
+def table(row: dict, per_line: int = 3, per: str | None = None):
     """A compact rich Table of one logged ``row``: the :data:`TABLE_COLUMNS` it has, as ``per_line``
-    name/value pairs per line (fits 80 columns); NaN shown as '-'. ``per_seed``: the row is a Monitor of
-    several seeds' (its env steps and steps/s are one seed's; headers say so)."""
+    name/value pairs per line (fits 80 columns); NaN shown as '-'. ``per`` (``"seed"`` for --num-seeds,
+    ``"run"`` for --sweep): the row is a Monitor of several replicas' (its env steps and steps/s are one
+    replica's; headers say so)."""
     from rich.table import Table
 
-    per = {"env_steps": "env steps/seed", "steps_per_s": "steps/s/seed"} if per_seed else {}
+    per = {"env_steps": f"env steps/{per}", "steps_per_s": f"steps/s/{per}"} if per else {}
     cells = [(per.get(k, header), fmt.format(row[k]) if np.isfinite(row[k]) else "-")
              for k, header, fmt in TABLE_COLUMNS if k in row and k != "update"]
     out = Table(title=f"update {row['update']:,.0f}", show_header=False, box=None, pad_edge=False,
@@ -76,11 +77,11 @@ class ConsoleSink:
         """Whether the progress bar is shown."""
         return self._progress is not None
 
-    def write(self, row: dict, per_seed: bool = False) -> None:
+    def write(self, row: dict, per: str | None = None) -> None:
         """Count a logged row; every ``table_every``-th is printed as a :func:`table`."""
         self._logs += 1
         if self._progress is not None and self._logs % self.table_every == 0:
-            self._progress.console.print(table(row, per_seed=per_seed))
+            self._progress.console.print(table(row, per=per))
             if self._logs == self.table_every:  # the first table: what its abbreviations mean
                 self._progress.console.print(LEGEND, style="dim", markup=False, highlight=False)
 

@@ -48,6 +48,7 @@ class Monitor:
         # seed's (the x axis every seed shares), its return and length the mean over seeds of each seed's
         # recent mean (never a pool of all seeds' episodes), its episodes the sum.
         self.seeds: list[Monitor] = []
+        self.replica_word = "seed"  # what one of self.seeds is called in the console: "run" for --sweep
         self.refreshes = 0  # refreshes of the actor's policy logged by log_refresh
         self.start = time.perf_counter()
         self._tensorboard = TensorBoardSink(logdir, purge_step)
@@ -186,7 +187,7 @@ class Monitor:
         self._tensorboard.write({**row, **self._refresh_tags(update, refresh)} if refresh else row, self.env_steps)
         if self._wandb is not None:
             self._wandb.write(row)
-        self._console.write(row, per_seed=bool(self.seeds))
+        self._console.write(row, per=self.replica_word if self.seeds else None)
         self.progress()
 
     def log_refresh(self, update: int, divergence: dict) -> None:
@@ -222,10 +223,11 @@ class Monitor:
     def progress(self) -> None:
         if self._console.active:
             ret = f"{self.return_mean:.1f}" if self.has_returns else "-"
-            phase = f"train x{len(self.seeds)} seeds" if self.seeds else "train"  # steps per seed, mean return
+            word = self.replica_word
+            phase = f"train x{len(self.seeds)} {word}s" if self.seeds else "train"  # steps per replica, mean return
             # The mean rate since the bar started (compilation included), of one seed's steps with --num-seeds.
             self._console.update(completed=self.env_steps, phase=phase, sps=self.env_steps / max(self.wall_time, 1e-9),
-                                 ret=ret, unit="steps/s/seed" if self.seeds else "steps/s")
+                                 ret=ret, unit=f"steps/s/{word}" if self.seeds else "steps/s")
 
     def flush(self) -> None:
         """Write the row files' buffered rows now (``metrics.csv``, ``metrics.jsonl``; they are flushed at

@@ -168,6 +168,7 @@ def seed_monitors(run: Run) -> list[Monitor]:
             m.load_state_dict(state)
         monitors.append(m)
     run.outputs.monitor.seeds = monitors
+    run.outputs.monitor.replica_word = "run" if cfg.sweep else "seed"  # a sweep's replicas differ in more than the seed
     return monitors
 
 
