@@ -88,6 +88,9 @@ class Config:
     normalize_advantages: bool = False
     """APPO: normalise the advantages of each minibatch to mean 0 and std 1 (over the whole minibatch, on
     every device count), as PureJaxRL's and CleanRL's PPO (CleanRL's norm_adv)."""
+    clip_value: bool = False
+    """APPO: clip the value loss as PPO's implementations do (CleanRL's clip_vloss, PureJaxRL's): the larger
+    of the squared errors of the new value and of the old value moved at most --ppo-clip towards it."""
     minibatch_unit: str = "columns"
     """APPO: what a minibatch draws: 'columns' (whole trajectories of --rollout-length steps) or
     'transitions' (single steps shuffled over the whole batch, as PureJaxRL's and CleanRL's PPO)."""
@@ -305,7 +308,7 @@ COMMON_NAMES = {
     "update_epochs": "epochs", "n_epochs": "epochs", "num_epochs": "epochs", "num_sgd_iter": "epochs",
     "ppo_epochs": "epochs",
     "num_minibatches": "minibatches", "n_minibatches": "minibatches",
-    "norm_adv": "normalize_advantages", "normalize_advantage": "normalize_advantages",
+    "clip_vloss": "clip_value", "norm_adv": "normalize_advantages", "normalize_advantage": "normalize_advantages",
     "total_timesteps": "total_steps", "num_timesteps": "total_steps", "timesteps": "total_steps",
     "n_envs": "num_envs", "num_envs_per_worker": "num_envs", "env_id": "env", "env_name": "env",
     "net_arch": "hidden_sizes", "hidden_dims": "hidden_sizes", "log_dir": "logdir", "output_dir": "logdir",

@@ -124,6 +124,9 @@ class LossConfig:
       n_step: ``"search"``: horizon of the n-step value targets (:mod:`accerl_jax.search.targets`).
       normalize_advantages: APPO: each minibatch's advantages normalised to mean 0, std 1
         (:func:`normalized_advantages`).
+      clip_value: APPO: the value loss is the larger of the squared errors of V_θ and of the clipped
+        V_θold + clip(V_θ - V_θold, -ε, ε) (ε = ``ppo_clip``), as CleanRL's PPO (``clip_vloss``) and
+        PureJaxRL's (:func:`appo_loss_sums`).
       minibatch_unit: APPO: what a minibatch draws, ``"columns"`` (whole trajectories: columns of the
         ``[T, B]`` batch) or ``"transitions"`` (single steps of the ``T * B``, as PureJaxRL's and
         CleanRL's PPO shuffle them; APPO's targets are computed once per update, before the epochs, so
@@ -147,6 +150,7 @@ class LossConfig:
     minibatches: int = 1
     n_step: int = 10
     normalize_advantages: bool = False
+    clip_value: bool = False
     minibatch_unit: str = "columns"
     search_target: str = "search"
     value_target: str = "n-step"
@@ -418,6 +422,7 @@ class AppoTargets(NamedTuple):
     advantage: jax.Array  # policy-gradient advantages from the corrector
     rho: jax.Array  # π_θold / μ
     log_rho: jax.Array  # log π_θold - log μ
+    value: jax.Array  # V_θold(x_s), the value the clipped value loss (LossConfig.clip_value) stays near
 
 
 def appo_targets(params, apply: ApplyFn, batch: Rollout, cfg: LossConfig) -> AppoTargets:
@@ -433,24 +438,30 @@ def _appo_targets_and_outputs(params, apply: ApplyFn, batch: Rollout, cfg: LossC
     log_pi = policy_distribution(out, is_continuous(batch)).log_prob(batch.action)
     log_rho = log_pi - batch.log_prob
     targets = _value_targets(cfg, v_tm1, v_t, batch, log_rho)
-    old = AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho), log_rho)
+    old = AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho), log_rho, v_tm1)
     return jax.lax.stop_gradient(old), _outputs(out, v_tm1)
 
 
 def appo_loss_sums(params, apply: ApplyFn, batch: Rollout, old: AppoTargets, cfg: LossConfig):
     """Masked sums of APPO's loss on one (minibatch) ``[T, b]`` batch; keys as :func:`loss_sums`, with
     ``"pg"`` the clipped surrogate -min(r A, clip(r, 1-ε, 1+ε) A) and ``"rho"`` the ratio r = π_θ/π_θold;
-    the :func:`ratio_sums` are of the actor's ratio π_θold/μ."""
+    the :func:`ratio_sums` are of the actor's ratio π_θold/μ. ``"value"``: ½ (v_s - V_θ)², or with
+    ``cfg.clip_value`` ½ max((v_s - V_θ)², (v_s - V_θold - clip(V_θ - V_θold, -ε, ε))²) (Schulman et al.'s
+    PPO code, "The 37 implementation details of PPO", detail 9)."""
     out, v_tm1 = apply(params, batch.obs)[:2]
     pi = policy_distribution(out, is_continuous(batch))
     log_pi = pi.log_prob(batch.action)
     ratio = jnp.exp(log_pi - old.log_pi_old)
     clipped = jnp.clip(ratio, 1.0 - cfg.ppo_clip, 1.0 + cfg.ppo_clip)
     surrogate = jnp.minimum(ratio * old.advantage, clipped * old.advantage)
+    value_error = (old.vs - v_tm1) ** 2
+    if cfg.clip_value:
+        near_old = old.value + jnp.clip(v_tm1 - old.value, -cfg.ppo_clip, cfg.ppo_clip)
+        value_error = jnp.maximum(value_error, (old.vs - near_old) ** 2)
     mask = batch.valid.astype(jnp.float32)
     sums = {
         "pg": jnp.sum(mask * -surrogate),
-        "value": jnp.sum(mask * 0.5 * (old.vs - v_tm1) ** 2),
+        "value": jnp.sum(mask * 0.5 * value_error),
         "entropy": jnp.sum(mask * pi.entropy()),
         "rho": jnp.sum(mask * jax.lax.stop_gradient(ratio)),
         "vs": jnp.sum(mask * old.vs),

@@ -3,6 +3,7 @@
 The multi-device check needs ``XLA_FLAGS=--xla_force_host_platform_device_count=2``, which JAX only
 reads at import, so it runs :func:`_two_device_main` of this module in a subprocess and reports JSON.
 """
+import dataclasses
 import json
 
 import jax
@@ -482,7 +483,7 @@ def _ref_appo_targets(params, apply, batch, next_obs, cfg):
     log_rho = log_pi - batch.log_prob
     targets = learner._value_targets(cfg, v_tm1, v_t, batch, log_rho)
     return jax.lax.stop_gradient(learner.AppoTargets(log_pi, targets.vs, targets.pg_advantage, jnp.exp(log_rho),
-                                                     log_rho))
+                                                     log_rho, v_tm1))
 
 
 ONE_FWD_T, ONE_FWD_OBS, ONE_FWD_D = 8, 3, 2
@@ -788,3 +789,29 @@ def test_appo_gradient_steps_are_unrolled_for_conv_nets_on_cpu_and_give_the_same
         assert steps == [(6, 6 if family == "cnn" else 1)], (family, steps)
         results[family] = update(state, batch)
     _assert_trees_close(results["cnn"], results["mlp"])
+
+
+def test_clipped_value_loss_is_ppos_and_off_by_default():
+    """``clip_value``: APPO's value sum is PureJaxRL's / CleanRL's clipped one, ½ Σ max((v_s - V)²,
+    (v_s - V_old - clip(V - V_old, -ε, ε))²), computed here by hand at parameters moved away from θ_old;
+    at θ_old itself, and without the flag, it is the plain ½ Σ (v_s - V)²; the flag changes the value sum
+    only where some V moved more than ε."""
+    apply, params = _one_fwd_net("appo", False)
+    batch, next_obs = _ends_batch("tight", False)
+    plain_cfg = learner.LossConfig(loss="appo", lambda_=0.9, discount=0.95, ppo_clip=0.05)
+    clip_cfg = dataclasses.replace(plain_cfg, clip_value=True)
+    old = _ref_appo_targets(params, apply, batch, next_obs, plain_cfg)
+    moved = jax.tree.map(lambda x: x * 1.05, params)  # values moved from θ_old's, some by more than ε
+    v_new = apply(moved, batch.obs)[1]
+    mask = np.asarray(batch.valid, np.float32)
+    vs, v_old, v = (np.asarray(x, np.float64) for x in (old.vs, old.value, v_new))
+    want_clipped = 0.5 * np.sum(mask * np.maximum((vs - v) ** 2, (vs - v_old - np.clip(v - v_old, -0.05, 0.05)) ** 2))
+    want_plain = 0.5 * np.sum(mask * (vs - v) ** 2)
+    got_clipped = float(learner.appo_loss_sums(moved, apply, batch, old, clip_cfg)[1]["value"])
+    got_plain = float(learner.appo_loss_sums(moved, apply, batch, old, plain_cfg)[1]["value"])
+    np.testing.assert_allclose(got_clipped, want_clipped, rtol=1e-5)
+    np.testing.assert_allclose(got_plain, want_plain, rtol=1e-5)
+    assert np.max(np.abs(v - v_old)) > 0.05 and got_clipped > got_plain  # the clip took effect
+    at_old = [float(learner.appo_loss_sums(params, apply, batch, old, c)[1]["value"]) for c in (clip_cfg, plain_cfg)]
+    np.testing.assert_allclose(at_old[0], at_old[1], rtol=1e-6)
+    assert not learner.LossConfig().clip_value

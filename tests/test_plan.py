@@ -211,6 +211,8 @@ REFUSALS = [
      ["bad --minibatch-unit transitions with --loss actor-critic", "use --loss appo"]),
     ("normalize-advantages-without-appo", dict(normalize_advantages=True, loss="actor-critic"), {}, None,
      ["bad --normalize-advantages with --loss actor-critic", "use --loss appo"]),
+    ("clip-value-without-appo", dict(clip_value=True, loss="actor-critic"), {}, None,
+     ["bad --clip-value with --loss actor-critic", "use --loss appo"]),
     # The run folder.
     ("logdir-is-a-file", {}, {}, _new_folder(is_file=True), ["bad --logdir 'runs/new': it is a file"]),
     ("logdir-holds-a-run", {}, {}, _new_folder(taken=("checkpoints", "metrics.csv")),

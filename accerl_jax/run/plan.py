@@ -153,12 +153,15 @@ def make_loss_config(cfg: Config) -> learner_lib.LossConfig:
     if cfg.normalize_advantages and loss != "appo":
         raise ConfigError(f"bad --normalize-advantages with --loss {loss}: it normalises APPO's minibatch "
                           "advantages; use --loss appo, or drop the flag")
+    if cfg.clip_value and loss != "appo":
+        raise ConfigError(f"bad --clip-value with --loss {loss}: it clips APPO's value loss around the values "
+                          "the update starts from; use --loss appo, or drop the flag")
     return learner_lib.LossConfig(
         corrector=cfg.corrector, discount=cfg.discount, lambda_=cfg.lambda_,
         clip_rho_threshold=cfg.clip_rho_threshold, clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, loss=loss, ppo_clip=cfg.ppo_clip,
         epochs=epochs, minibatches=cfg.minibatches, n_step=cfg.n_step, search_target=cfg.search_target,
-        normalize_advantages=cfg.normalize_advantages, minibatch_unit=cfg.minibatch_unit,
+        normalize_advantages=cfg.normalize_advantages, clip_value=cfg.clip_value, minibatch_unit=cfg.minibatch_unit,
         value_target="outcome" if cfg.env.startswith("pgx:") else "n-step",
     )
 

@@ -64,7 +64,7 @@ GROUPS = (
     ("learner", "the learner: optimizer, network, losses, off-policy correction", (
         "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "normalize_observations",
         "normalize_rewards", "discount", "lambda_", "clip_rho_threshold", "clip_pg_rho_threshold", "entropy_coef",
-        "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "epochs", "minibatches", "minibatch_unit")),
+        "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "clip_value", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
         "policy_lag", "max_actor_kl",

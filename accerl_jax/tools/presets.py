@@ -34,12 +34,14 @@ PRESETS = {
         "gymnax MinAtar (Breakout-MinAtar, SpaceInvaders-MinAtar, ...): PPO-style APPO, MLP on the grid",
         {"env": "gymnax:Breakout-MinAtar", "network": "mlp", "loss": "appo", "num_envs": 64, "rollout_length": 128,
          "epochs": 4, "minibatches": 8, "minibatch_unit": "transitions", "normalize_advantages": True,
-         "learning_rate": 5e-3, "lambda_": 0.95, "max_grad_norm": 0.5, "total_steps": 2_000_000},
+         "clip_value": True, "learning_rate": 5e-3, "lambda_": 0.95, "max_grad_norm": 0.5,
+         "total_steps": 2_000_000},
         "PureJaxRL's MinAtar config (64 envs x 128 steps, 4 epochs x 8 minibatches of shuffled transitions, "
-        "advantages normalised per minibatch, LR 5e-3, lambda 0.95, gradient clip 0.5, MLP(64, 64) on the "
-        "flattened grid), measured beside it on a 2-core CPU at 2M steps, Breakout-MinAtar, mean of the last 100 "
-        "episodes: 61.0 and 24.7 (seeds 0, 1) against PureJaxRL's 56.2 and 23.2 (docs/GUIDE.md, \"Networks and "
-        "PPO's minibatch details\"; the suite's minatar_*_vs_purejaxrl)"),
+        "advantages normalised per minibatch, the value loss clipped, LR 5e-3, lambda 0.95, gradient clip 0.5, "
+        "MLP(64, 64) on the flattened grid), measured beside it on a 2-core CPU at 2M steps, mean of the last "
+        "100 episodes, seeds 0-2: Breakout-MinAtar 22.5, 37.8, 28.9 against PureJaxRL's 28.8, 27.2, 25.1 "
+        "(whole process 0.98x and 1.00x of its, two runs); SpaceInvaders-MinAtar 142.8, 134.9, 131.0 against "
+        "124.5, 120.2, 117.1 (0.92x) (docs/RESULTS.md; the suite's minatar_*_vs_purejaxrl)"),
     "atari": Preset(
         "envpool Atari (Pong-v5, Breakout-v5, ...): 4 stacked 84x84 frames, Nature CNN, Sebulba loop",
         {"env": "envpool:Pong-v5", "loop": "sebulba", "loss": "actor-critic", "num_envs": 32, "rollout_length": 20,
