@@ -158,7 +158,7 @@ REFUSALS = [
     ("sebulba-actor-batch", dict(env="envpool:CartPole-v1", actor_threads=2, actor_batch=5), {}, None,
      ["bad --actor-batch 5: at most the 4 environments of each actor thread"]),
     # Several processes.
-    ("multihost-sebulba-auto", dict(env="envpool:CartPole-v1", compressor="auto"), TWO, None,
+    ("multihost-sebulba-auto", dict(env="envpool:CartPole-v1", compressor="auto", loop="sebulba"), TWO, None,
      ["bad --compressor auto with --loop sebulba and several processes", "use a fixed --compressor"]),
     ("multihost-envpool-seed", dict(env="envpool:CartPole-v1", seed=10**9), TWO, None, ["--seed"]),
     ("multihost-anakin-envpool", dict(env="envpool:CartPole-v1", loop="anakin"), TWO, None,

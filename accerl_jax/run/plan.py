@@ -282,7 +282,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     """The loop ``cfg.loop`` names, ``auto`` resolved, and the refusals of what that loop cannot run.
 
     ``auto``: ``anakin`` for gymnax envs (``sequential`` with ``--distill-async``), ``sebulba`` for envpool
-    (on any number of processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
+    (``sequential`` for ``--compressor auto`` with several processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
     :func:`accerl_jax.platform.xla.is_conv`) on CPU (``backend``
     ``"cpu"``) with one seed moves from Anakin to the sequential loop: its gradient steps inside one
     XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
@@ -296,7 +296,9 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     loop = cfg.loop
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
-            loop = "sebulba"
+            # Sebulba on any number of processes, but --compressor auto across processes (each process's
+            # compressor thread would decide alone): the sequential loop, where the processes agree.
+            loop = "sebulba" if num_processes == 1 or cfg.compressor != "auto" else "sequential"
         elif cfg.agent == "search":
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
         elif cfg.distill_async and replicas.count(cfg) == 1:
