@@ -57,7 +57,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from accerl_jax.run import checkpoint, shards
 from accerl_jax import learner as learner_lib
@@ -73,7 +73,7 @@ from accerl_jax.loops import shared
 from accerl_jax.loops.auto import AutoControl
 from accerl_jax.loops.sebulba_compress import compress_loop
 from accerl_jax.loops.sebulba_threads import Failure, Latest, WorkerFailed, feed, take, thread, wait_for_version
-from accerl_jax.run.build import DIVERGENCE_SAMPLES, Run, local_learner_devices, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, Run, teacher_kwargs
 
 POLL_S = 0.05  # how often a blocked thread looks for a stop or a failure elsewhere
 JOIN_S = 10.0  # how long the learner waits for a stopping worker thread
@@ -101,8 +101,7 @@ class SebulbaStepper:
         # process-local learner state lives: the update assembles the global batch from each process's
         # rollouts (accerl_jax.run.shards.GlobalUpdate), as in the sequential loop.
         self.processes, self.pid = run.plan.num_processes, run.plan.process_id
-        local = run.mesh if self.processes == 1 else Mesh(np.asarray(local_learner_devices(run.mesh)[:1]),
-                                                          (learner_lib.AXIS,))
+        local = run.mesh if self.processes == 1 else learner_lib.make_mesh(shards.local_devices(run.mesh)[:1])
         self.local_replicated = NamedSharding(local, P())
         self.actor_device = (local.devices.flat[0] if cfg.actor_device == "learner"
                              else jax.local_devices(backend="cpu")[0])

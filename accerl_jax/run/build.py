@@ -32,7 +32,7 @@ from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence
 from accerl_jax.run.folder import claim_logdir, folder_facts
-from accerl_jax.run.shards import env_group_ids, make_global_update
+from accerl_jax.run.shards import env_group_ids, local_devices, make_global_update
 
 DIVERGENCE_SAMPLES = 1024  # observations on which KL(π_learner ‖ π_actor) is measured at each log
 REFRESH_SAMPLES = 256  # observations for the KL/agreement logged at every --log-every-th refresh of the actor's policy
@@ -304,7 +304,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
         # sequential and Sebulba loops keep process-local state and their update assembles the global batch.
         global_state = n_proc == 1 or plan.loop == "anakin"
-        state_mesh = learner_lib.make_mesh(local_learner_devices(mesh)[:1]) if n_proc > 1 else mesh
+        state_mesh = learner_lib.make_mesh(local_devices(mesh)[:1]) if n_proc > 1 else mesh
         make_learner = functools.partial(
             learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh)
         learner = make_learner()
@@ -415,11 +415,6 @@ def learner_devices(first: int) -> list:
     for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
         by_process.setdefault(d.process_index, []).append(d)
     return [d for p in sorted(by_process) for d in by_process[p][first:]]
-
-
-def local_learner_devices(mesh) -> list:
-    """This process's devices of the learner's ``mesh``, in mesh order."""
-    return [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
 
 
 def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable | None, update: Callable, params,

@@ -44,6 +44,11 @@ def local_shard_ids(mesh: Mesh) -> list[int]:
     return [i for i, d in enumerate(mesh.devices.flat) if d.process_index == pid]
 
 
+def local_devices(mesh: Mesh) -> list:
+    """This process's devices of ``mesh`` (1-D), in mesh order: those at :func:`local_shard_ids`."""
+    return [mesh.devices.flat[i] for i in local_shard_ids(mesh)]
+
+
 def env_group_ids(mesh: Mesh, num_envs: int) -> list[int]:
     """Global indices of the envs this process steps, one env per group, in the order of its batch columns.
 
