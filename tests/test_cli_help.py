@@ -8,7 +8,7 @@ import re
 import pytest
 
 from accerl_jax import train
-from accerl_jax.tools import cli
+from accerl_jax.tools import cli, presets
 from accerl_jax.config import COMMON_NAMES, Config, flag
 from test_cli import run_cli
 
@@ -52,6 +52,7 @@ def test_short_help_names_every_flag_once_and_explains_the_common_ones_in_80_col
         for f in cli.GROUPS[0][2]:
             assert entries[flag(f)].startswith(cli.SHORT_HELP[f] + " [") and entries[flag(f)].endswith("]"), f
         assert entries["--env"].endswith(f"[{env}]")
+        assert all(name in entries["--preset"] for name in presets.PRESETS), entries["--preset"]  # none forgotten
         assert "--help-all" in lines[-1] or "--help-all" in lines[-2]
 
 

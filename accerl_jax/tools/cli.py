@@ -21,6 +21,7 @@ from typing import Annotated
 import tyro
 
 from accerl_jax.config import Config, ConfigError, common_name, flag
+from accerl_jax.tools.presets import PRESETS
 
 # evaluate's and export's --policy. One default for both: the run's actor, the policy that played its episodes,
 # that its summary reports and that a deployment runs (with --compressor none, the learner's own parameters).
@@ -83,7 +84,7 @@ GROUPS = (
 
 # --help's one line for each flag of the common group (--help-all has the full help of every flag).
 SHORT_HELP = {
-    "preset": "named settings: classic, minatar, atari, mujoco, search",
+    "preset": "named settings: " + ", ".join(PRESETS),
     "config": "a YAML or TOML file of settings (flag names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
