@@ -499,3 +499,24 @@ def test_curves_draw_the_kl_from_zero_even_when_rounding_puts_it_below():
     kl_axes.figure.canvas.draw()
     assert kl_axes.get_ylim()[0] == 0.0
     assert min(t for t in kl_axes.get_yticks() if kl_axes.get_ylim()[0] <= t <= kl_axes.get_ylim()[1]) >= 0
+
+
+def test_tensorboard_events_are_written_in_the_callers_thread_and_flushed_while_running(tmp_path, monkeypatch):
+    """No writer thread or queue (they took the CPU from the Anakin program beside them), and rows reach the
+    file while the run goes on: every :attr:`TensorBoardSink.FLUSH_S` seconds (0 here: at every row)."""
+    import threading
+
+    from accerl_jax.monitor.tensorboard_sink import TensorBoardSink
+
+    monkeypatch.setattr(TensorBoardSink, "FLUSH_S", 0.0)
+    before = threading.active_count()
+    sink = TensorBoardSink(str(tmp_path))
+    sink.write({"update": 1, "loss": 0.5, "return_mean": float("inf")}, 8)
+    sink.add_text("auto/decision", "kept none", 8)
+    assert threading.active_count() == before
+    # Flushed before close; inf not written; the text as tensorboardX's text plugin tags it.
+    expected = {"losses/loss": [(8, 0.5)], "auto/decision/text_summary": [(8, 0.0)]}
+    assert read_tensorboard(str(tmp_path)) == expected
+    sink.close()
+    sink.close()  # a second close does nothing
+    assert read_tensorboard(str(tmp_path)) == expected

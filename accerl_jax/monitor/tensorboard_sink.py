@@ -1,9 +1,9 @@
 """TensorBoard event files (tensorboardX): every row's scalars against env steps, grouped by tag."""
 from __future__ import annotations
 
+import math
+import os
 import time
-
-import numpy as np
 
 # TensorBoard groups (CleanRL-style namespaces): a row key's tag is "<group>/<key>"; keys not listed: "train/".
 TENSORBOARD_GROUPS = {
@@ -28,38 +28,70 @@ def tensorboard_tag(key: str) -> str:
 
 
 class TensorBoardSink:
-    """An events file in ``logdir``.
+    """An events file in ``logdir``, written in the calling thread.
+
+    tensorboardX's ``SummaryWriter`` hands every event to a writer thread through a
+    ``multiprocessing.Queue`` (each event pickled, piped and unpickled by two more threads); on a 2-core
+    machine that work and those threads' wake-ups took the CPU from the Anakin program it ran beside: the
+    default job's shapes trained 0.86x as fast as the bare program with it, 0.95x with no TensorBoard
+    event at all (docs/RESULTS.md, "loop_throughput"). The same records are written here by tensorboardX's
+    own ``EventsWriter`` (the writer its thread uses) in the caller's thread, ~0.05 ms per row; the file is
+    flushed to disk at most every :attr:`FLUSH_S` seconds (TensorBoard reads a growing file) and at
+    :meth:`close`. The file is named as ``SummaryWriter`` names it.
 
     ``purge_step``: a resumed run's first env step after its checkpoint: TensorBoard hides the events of
-    earlier sessions in ``logdir`` at this step and later (tensorboardX ``SummaryWriter(purge_step=...)``,
+    earlier sessions in ``logdir`` at this step and later (as tensorboardX ``SummaryWriter(purge_step=...)``,
     a ``SessionLog.START`` event), so the steps logged again after a resume appear once. None: no purge.
     """
 
-    def __init__(self, logdir: str, purge_step: int | None = None):
-        from tensorboardX import SummaryWriter
+    FLUSH_S = 5.0  # seconds between flushes to disk (tensorboardX's default: 120)
 
+    def __init__(self, logdir: str, purge_step: int | None = None):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        os.makedirs(logdir, exist_ok=True)
         # The events file is named after the second it was opened in; the nanoseconds after it keep a session
         # resumed within the same second from overwriting the earlier one's file, and sort after it.
-        self._writer = SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
+        self._events = EventsWriter(os.path.join(logdir, "events"), f".{time.time_ns()}")
+        self._event = Event
+        self._flushed = time.monotonic()
+        if purge_step is not None:
+            self._write(Event(step=purge_step, file_version="brain.Event:2"))
+            self._write(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+
+    def _write(self, event) -> None:
+        event.wall_time = time.time()
+        self._events.write_event(event)
+        if time.monotonic() - self._flushed >= self.FLUSH_S:
+            self._events.flush()
+            self._flushed = time.monotonic()
+
+    def _summary(self, summary, step: int) -> None:
+        self._write(self._event(summary=summary, step=int(step)))
 
     def write(self, row: dict, step: int) -> None:
         """A logged row's scalars (all but ``update``) at env step ``step``."""
         self.add_scalars({k: v for k, v in row.items() if k != "update"}, step)
 
     def add_scalars(self, values: dict, step: int) -> None:
-        """The finite ``values`` (row key or tag -> scalar) as one event at ``step``. The same records as one
-        ``add_scalar`` per tag (one ``Summary.Value`` each), but one ``Summary`` proto for all of them: far
-        less host time, which the Anakin loop's chunks otherwise share the CPU with."""
+        """The finite ``values`` (row key or tag -> scalar) as one event at ``step``: one ``Summary`` proto
+        with a ``Summary.Value`` per tag (the records of one ``add_scalar`` per tag, in one event)."""
         from tensorboardX.proto.summary_pb2 import Summary
 
-        tags = [Summary.Value(tag=tensorboard_tag(k), simple_value=float(v)) for k, v in values.items() if np.isfinite(v)]
-        self._writer._get_file_writer().add_summary(Summary(value=tags), step)
+        floats = ((k, float(v)) for k, v in values.items())
+        tags = [Summary.Value(tag=tensorboard_tag(k), simple_value=v) for k, v in floats if math.isfinite(v)]
+        self._summary(Summary(value=tags), step)
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
-        self._writer.add_scalar(tag, value, step)
+        self.add_scalars({tag: value}, step)
 
     def add_text(self, tag: str, text: str, step: int) -> None:
-        self._writer.add_text(tag, text, step)
+        from tensorboardX.summary import text as text_summary
+
+        self._summary(text_summary(tag, text), step)
 
     def close(self) -> None:
-        self._writer.close()
+        if self._events is not None:
+            self._events.close()  # flushes first
+            self._events = None
