@@ -503,12 +503,13 @@ def test_curves_draw_the_kl_from_zero_even_when_rounding_puts_it_below():
 
 def test_tensorboard_events_are_written_in_the_callers_thread_and_flushed_while_running(tmp_path, monkeypatch):
     """No writer thread or queue (they took the CPU from the Anakin program beside them), and rows reach the
-    file while the run goes on: every :attr:`TensorBoardSink.FLUSH_S` seconds (0 here: at every row)."""
+    file while the run goes on, flushed as metrics.csv is (every FLUSH_EVERY_S seconds; 0 here: every row)."""
     import threading
 
+    from accerl_jax.monitor import files
     from accerl_jax.monitor.tensorboard_sink import TensorBoardSink
 
-    monkeypatch.setattr(TensorBoardSink, "FLUSH_S", 0.0)
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 0.0)
     before = threading.active_count()
     sink = TensorBoardSink(str(tmp_path))
     sink.write({"update": 1, "loss": 0.5, "return_mean": float("inf")}, 8)
@@ -520,3 +521,15 @@ def test_tensorboard_events_are_written_in_the_callers_thread_and_flushed_while_
     sink.close()
     sink.close()  # a second close does nothing
     assert read_tensorboard(str(tmp_path)) == expected
+
+
+def test_a_checkpoints_flush_puts_the_tensorboard_rows_on_disk(tmp_path, monkeypatch):
+    from accerl_jax.monitor import files
+
+    monkeypatch.setattr(files, "FLUSH_EVERY_S", 3600.0)  # no timed flush during the test
+    monitor = Monitor(str(tmp_path), 1000, progress=False)
+    monitor.log(1, {"loss": 0.5})
+    assert "losses/loss" not in read_tensorboard(str(tmp_path))  # buffered
+    monitor.flush()  # what the driver calls before each checkpoint
+    assert read_tensorboard(str(tmp_path))["losses/loss"] == [(0, 0.5)]
+    monitor.close()

@@ -230,10 +230,11 @@ class Monitor:
                                  ret=ret, unit=f"steps/s/{word}" if self.seeds else "steps/s")
 
     def flush(self) -> None:
-        """Write the row files' buffered rows now (``metrics.csv``, ``metrics.jsonl``; they are flushed at
-        most once a second while the run goes on, :data:`accerl_jax.monitor.files.FLUSH_EVERY_S`)."""
+        """Write the row files' buffered rows now (``metrics.csv``, ``metrics.jsonl``, the TensorBoard events;
+        they are flushed at most once a second while the run goes on, :data:`accerl_jax.monitor.files.FLUSH_EVERY_S`)."""
         self._csv.flush()
         self._jsonl.flush()
+        self._tensorboard.flush()
 
     def close(self) -> None:
         """Stop the progress bar and close the log files (safe to call twice)."""

@@ -5,6 +5,8 @@ import math
 import os
 import time
 
+from accerl_jax.monitor.files import Flusher
+
 # TensorBoard groups (CleanRL-style namespaces): a row key's tag is "<group>/<key>"; keys not listed: "train/".
 TENSORBOARD_GROUPS = {
     "charts": ("return_mean", "length_mean", "episodes", "env_steps", "steps_per_s", "wall_time_s"),
@@ -27,24 +29,38 @@ def tensorboard_tag(key: str) -> str:
     return _TAG.get(key, f"train/{key}")
 
 
+class _EventsFile:
+    """tensorboardX's ``EventsWriter`` as the file :class:`~accerl_jax.monitor.files.Flusher` flushes."""
+
+    def __init__(self, writer):
+        self.writer, self.closed = writer, False
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.writer.close()  # flushes first
+            self.closed = True
+
+
 class TensorBoardSink:
     """An events file in ``logdir``, written in the calling thread.
 
     tensorboardX's ``SummaryWriter`` hands every event to a writer thread through a
     ``multiprocessing.Queue`` (each event pickled, piped and unpickled by two more threads); on a 2-core
-    machine that work and those threads' wake-ups took the CPU from the Anakin program it ran beside: the
-    default job's shapes trained 0.86x as fast as the bare program with it, 0.95x with no TensorBoard
-    event at all (docs/RESULTS.md, "loop_throughput"). The same records are written here by tensorboardX's
-    own ``EventsWriter`` (the writer its thread uses) in the caller's thread, ~0.05 ms per row; the file is
-    flushed to disk at most every :attr:`FLUSH_S` seconds (TensorBoard reads a growing file) and at
-    :meth:`close`. The file is named as ``SummaryWriter`` names it.
+    machine that work and those threads' wake-ups took the CPU from the Anakin program it ran beside (the
+    default job's shapes trained at 0.86x of the bare program with it, 0.95x with no TensorBoard event
+    at all: docs/RESULTS.md, "Loop overhead"). The same records are written here by tensorboardX's own
+    ``EventsWriter`` (the writer its thread uses) in the caller's thread, ~0.05 ms per row, and flushed
+    to disk as ``metrics.csv`` is (:class:`~accerl_jax.monitor.files.Flusher`: at most a second late while
+    the run goes on, at once at :meth:`flush` and :meth:`close`). The file is named as ``SummaryWriter``
+    names it.
 
     ``purge_step``: a resumed run's first env step after its checkpoint: TensorBoard hides the events of
     earlier sessions in ``logdir`` at this step and later (as tensorboardX ``SummaryWriter(purge_step=...)``,
     a ``SessionLog.START`` event), so the steps logged again after a resume appear once. None: no purge.
     """
-
-    FLUSH_S = 5.0  # seconds between flushes to disk (tensorboardX's default: 120)
 
     def __init__(self, logdir: str, purge_step: int | None = None):
         from tensorboardX.event_file_writer import EventsWriter
@@ -53,19 +69,17 @@ class TensorBoardSink:
         os.makedirs(logdir, exist_ok=True)
         # The events file is named after the second it was opened in; the nanoseconds after it keep a session
         # resumed within the same second from overwriting the earlier one's file, and sort after it.
-        self._events = EventsWriter(os.path.join(logdir, "events"), f".{time.time_ns()}")
+        self._file = _EventsFile(EventsWriter(os.path.join(logdir, "events"), f".{time.time_ns()}"))
+        self._flush = Flusher(self._file)
         self._event = Event
-        self._flushed = time.monotonic()
         if purge_step is not None:
             self._write(Event(step=purge_step, file_version="brain.Event:2"))
             self._write(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
 
     def _write(self, event) -> None:
         event.wall_time = time.time()
-        self._events.write_event(event)
-        if time.monotonic() - self._flushed >= self.FLUSH_S:
-            self._events.flush()
-            self._flushed = time.monotonic()
+        self._file.writer.write_event(event)
+        self._flush.maybe()
 
     def _summary(self, summary, step: int) -> None:
         self._write(self._event(summary=summary, step=int(step)))
@@ -91,7 +105,10 @@ class TensorBoardSink:
 
         self._summary(text_summary(tag, text), step)
 
+    def flush(self) -> None:
+        """Write what is buffered to the file now."""
+        self._flush.now()
+
     def close(self) -> None:
-        if self._events is not None:
-            self._events.close()  # flushes first
-            self._events = None
+        """Flush and close the file (safe to call twice)."""
+        self._file.close()
