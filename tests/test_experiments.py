@@ -184,8 +184,29 @@ def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():
     assert math.isclose(out["(b)"]["fraction"], (275.0 / 110.0 - 1.0) / (predicted - 1.0))
     assert out["(b) slow"]["realized"] is None and out["(b) slow"]["fraction"] is None
     assert set(out) == {"(b)", "(b) slow"}  # (a) and (c) are not judged
+    assert out["(b)"]["timed"] is None  # no --cost-split seconds in these runs
     line = page.amdahl_lines(out)
     assert len(line) == 2 and "p = 0.90" in line[0] and "measured 2.50x" in line[0]  # the missing one is left out
+    assert "measured seconds" not in line[0]
+    # With --cost-split's seconds: p by time from (a), the whole actor's (rollout's) speedup from (b).
+    for r in runs["(a)"]:
+        r["actor_share_uncompressed_timed"] = 0.8
+    for r in runs["(b)"]:
+        r["actor_rollout_speedup"] = 2.0
+    timed = kinds.amdahl(runs, ["(a)", "(b)", "(b) slow", "(c)"])["(b)"]["timed"]
+    assert math.isclose(timed["predicted"], 1.0 / (0.2 + 0.8 / 2.0))  # 1.67x
+    assert math.isclose(timed["fraction"], (275.0 / 110.0 - 1.0) / (1.0 / 0.6 - 1.0))
+    assert "by measured seconds p = 0.80" in page.amdahl_lines(kinds.amdahl(runs, ["(a)", "(b)", "(c)"]))[0]
+
+
+def test_the_summary_keys_keep_both_shares_of_a_cost_split():
+    flops = {"ceiling": 0.85}
+    timed = {"flops": flops, "timed": True, "ceiling": 0.9, "actor_s_per_update": 0.5,
+             "uncompressed_actor_s_per_update": 1.5}
+    out = harness.summary_keys({"cost_split": timed})
+    assert out == {"actor_share_uncompressed": 0.85, "actor_share_uncompressed_timed": 0.9, "actor_rollout_speedup": 3.0}
+    assert harness.summary_keys({"cost_split": {"flops": flops, "timed": False, "ceiling": 0.85}}) == {
+        "actor_share_uncompressed": 0.85}
 
 
 def test_the_student_of_c_is_the_compressors_student_of_the_runs_own_network():

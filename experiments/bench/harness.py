@@ -140,8 +140,13 @@ def summary_keys(run: dict) -> dict:
             "actor_policy_speedup", "search_agreement", "network_evaluations_per_step")
     out = {k: run.get(k) for k in keep if k in run}
     split = run.get("cost_split") or {}
-    if "ceiling" in split:  # the uncompressed actor's share of an update: Amdahl's p (kinds.amdahl)
-        out["actor_share_uncompressed"] = split["ceiling"]
+    flops = split.get("flops") or {}
+    if "ceiling" in flops:  # the uncompressed actor's share of an update by FLOPs: Amdahl's p (kinds.amdahl)
+        out["actor_share_uncompressed"] = flops["ceiling"]
+    if split.get("timed"):  # --cost-split: the same share by measured seconds, and the whole actor's speedup
+        out["actor_share_uncompressed_timed"] = split["ceiling"]
+        actor, uncompressed = split.get("actor_s_per_update"), split.get("uncompressed_actor_s_per_update")
+        out["actor_rollout_speedup"] = uncompressed / actor if actor and uncompressed else None
     return out
 
 

@@ -153,12 +153,20 @@ def verdict(table: dict, labels: list[str]) -> dict:
 
 def amdahl(runs: dict, labels: list[str]) -> dict:
     """Per (b) of ``labels`` (see :func:`verdict`), the Amdahl check of the issue's target "the realized
-    saving is >= 80% of what the model predicts": ``p``, the uncompressed actor's share of an update (by
-    XLA FLOPs, (a)'s summary ``cost_split``; median over (a)'s runs); ``s``, the compressed policy's measured
-    forward speedup (the run's ``actor_policy_speedup``, median); ``predicted`` = 1 / ((1 - p) + p / s), the
-    whole-update speedup the model expects; ``realized``, the median steady env steps/s of (b) over (a)'s
-    (same rounds, compilation excluded); ``fraction``: (realized - 1) / (predicted - 1), the share of the
-    predicted saving realized (None where a value is missing)."""
+    saving is >= 80% of what the model predicts", in two models: ``p`` and ``s`` are
+
+    - ``flops``: the uncompressed actor's share of an update by XLA FLOPs ((a)'s summary ``cost_split``;
+      median over (a)'s runs) and the compressed policy's measured *forward* speedup (the run's
+      ``actor_policy_speedup``, median): what compression would give if the actor were its network alone;
+    - ``timed`` (runs with ``--cost-split``): that share by measured seconds (each piece compiled and timed
+      alone) and the measured speedup of the whole actor, the rollout with the compressed policy against the
+      same rollout with the learner's (search trees, envs and all: what compression actually speeds up).
+
+    ``predicted`` = 1 / ((1 - p) + p / s), the whole-update speedup the model expects; ``realized``, the
+    median steady env steps/s of (b) over (a)'s (same rounds, compilation excluded); ``fraction``:
+    (realized - 1) / (predicted - 1), the share of the predicted saving realized (None where a value is
+    missing). The FLOPs model's keys are at the top level (as before ``timed`` existed); ``timed`` holds the
+    other's, or None."""
     def median(label, value):  # value(run) -> float or None; None where no run has one
         xs = [x for x in map(value, runs[label]) if x is not None]
         return float(np.median(xs)) if xs else None
@@ -166,15 +174,23 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
     def steady(r):
         return (r.get("steady") or {}).get("steps_per_s")
 
-    p, base = median(labels[0], lambda r: r.get("actor_share_uncompressed")), median(labels[0], steady)
-    out = {}
-    for label in labels[1:-1]:
-        s, rate = median(label, lambda r: r.get("actor_policy_speedup")), median(label, steady)
+    def model(p, s, realized):
         predicted = None if p is None or not s else 1.0 / ((1.0 - p) + p / s)
-        realized = None if rate is None or not base else rate / base
         fraction = (None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
                     else (realized - 1.0) / (predicted - 1.0))
-        out[label] = dict(p=p, s=s, predicted=predicted, realized=realized, fraction=fraction)
+        return dict(p=p, s=s, predicted=predicted, realized=realized, fraction=fraction)
+
+    base = median(labels[0], steady)
+    p_flops = median(labels[0], lambda r: r.get("actor_share_uncompressed"))
+    p_timed = median(labels[0], lambda r: r.get("actor_share_uncompressed_timed"))
+    out = {}
+    for label in labels[1:-1]:
+        rate = median(label, steady)
+        realized = None if rate is None or not base else rate / base
+        s_timed = median(label, lambda r: r.get("actor_rollout_speedup"))
+        timed = model(p_timed, s_timed, realized) if p_timed is not None and s_timed else None
+        out[label] = dict(model(p_flops, median(label, lambda r: r.get("actor_policy_speedup")), realized),
+                          timed=timed)
     return out
 
 

@@ -91,9 +91,15 @@ def amdahl_lines(checks: dict) -> list[str]:
         if None in (a["p"], a["s"], a["realized"]):
             continue
         frac = "—" if a["fraction"] is None else f"{a['fraction']:.0%}"
-        lines.append(f"- `{label}`: uncompressed actor share p = {a['p']:.2f} (FLOPs), actor forward {a['s']:.2f}x: "
-                     f"Amdahl predicts {a['predicted']:.2f}x steady steps/s, measured {a['realized']:.2f}x "
-                     f"({frac} of the predicted saving).")
+        line = (f"- `{label}`: uncompressed actor share p = {a['p']:.2f} (FLOPs), actor forward {a['s']:.2f}x: "
+                f"Amdahl predicts {a['predicted']:.2f}x steady steps/s, measured {a['realized']:.2f}x "
+                f"({frac} of the predicted saving)")
+        t = a.get("timed")
+        if t and t["predicted"] is not None:
+            tfrac = "—" if t["fraction"] is None else f"{t['fraction']:.0%}"
+            line += (f"; by measured seconds p = {t['p']:.2f} and the whole actor (search and env included) "
+                     f"{t['s']:.2f}x: predicts {t['predicted']:.2f}x ({tfrac} of that saving realized)")
+        lines.append(line + ".")
     return lines + [""] if lines else lines
 
 
