@@ -53,7 +53,7 @@ def _smoke(tmp_path, names: list[str]) -> None:
                                                  if b.configs[c].get("rerun") and r["options"].get("rerun", True)}
         assert set(r["runs"]) == labels and all(r["runs"].values()), b.name
         for label, row in r["table"].items():
-            assert {m for m, _, _ in kinds.COLUMNS[b.kind]} == set(row), (b.name, label)
+            assert {m for m, _, _ in kinds.columns(b)} == set(row), (b.name, label)
         assert f"## {b.name}\n" in text and "smoke budget, not a measurement" in text.split(f"## {b.name}\n")[1]
     peer_runs = json.loads((out / "default_vs_purejaxrl.json").read_text())["runs"]["purejaxrl"]
     assert peer_runs[0]["final_return_mean"] == 500.0 and peer_runs[0]["time_to_target_s"] == peer_runs[0]["process_s"]
@@ -101,7 +101,9 @@ def test_record_names_the_machine_revision_packages_and_load():
 
 @pytest.mark.parametrize("argv, names", [
     (["run", "nope"], "'nope'"), (["run", "all", "--repeats", "0"], "--repeats 0"),
-    (["run", "all", "--purejaxrl", "/nowhere"], "--peer-python"), (["frobnicate"], "frobnicate")])
+    (["run", "all", "--purejaxrl", "/nowhere"], "--peer-python"), (["frobnicate"], "frobnicate"),
+    (["run", "all", "--stoix", "/nowhere"], "--stoix-python"),
+    (["run", "all", "--stoix", "/nowhere", "--stoix-python", sys.executable], "'/nowhere'")])
 def test_bad_input_exits_2_with_one_line(argv, names, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -214,3 +216,18 @@ def test_the_student_of_c_is_the_compressors_student_of_the_runs_own_network():
     fields = {"env": "gymnax:Breakout-MinAtar", "network": "minatar", "hidden_sizes": (64, 512)}
     assert kinds.student_widths(fields, "distill:small") == (16, 128)
     assert kinds.student_widths({"env": "gymnax:CartPole-v1"}, "distill:small+int8") == (16, 16)
+
+
+def test_stoix_log_reads_its_steady_rate_returns_and_steps():
+    """Stoix's console lines (coloured): the steady rate is the median of the periods after the first (which
+    compiles); the returns are the last period's; no Stoix is needed."""
+    c = "\x1b[36m\x1b[1m"
+    lines = []
+    for step, sps, ret in ((2560, 900.0, 10.0), (5120, 12000.0, 30.0), (7680, 14000.0, 60.0), (10240, 13000.0, 90.5)):
+        lines += [f"{c}MISC - Timestep: {step}\x1b[0m",
+                  f"{c}ACTOR - Steps per second: {sps} | Episode length mean: 3.0 | Episode return mean: {ret}\x1b[0m",
+                  f"{c}EVALUATOR - Steps per second: 27.4 | Episode return mean: {ret + 1}\x1b[0m"]
+    out = harness.stoix_log("\n".join(["Some hydra line", *lines]))
+    assert out == {"steps_per_s": 13000.0, "periods": [900.0, 12000.0, 14000.0, 13000.0], "final_return_mean": 90.5,
+                   "eval_return_mean": 91.5, "total_env_steps": 10240}
+    assert harness.stoix_log("nothing logged")["steps_per_s"] is None

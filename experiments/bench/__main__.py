@@ -3,6 +3,7 @@
     python -m experiments.bench list
     python -m experiments.bench run NAME|all [--quick] [--repeats N] [--out DIR]
                                  [--purejaxrl CHECKOUT --peer-python VENV/bin/python]
+                                 [--stoix CHECKOUT --stoix-python VENV/bin/python]
     python -m experiments.bench page [--results DIR] [--write docs/RESULTS.md]
 
 ``run`` writes ``DIR/<name>.json`` (default ``experiments/results/<machine kind>/``; with ``--quick``,
@@ -40,6 +41,8 @@ def parse(argv):
     run.add_argument("--out", default=None, help="results folder (default: experiments/results/<machine kind>/)")
     run.add_argument("--purejaxrl", default=None, help="a checkout of luchris429/purejaxrl (the peer)")
     run.add_argument("--peer-python", default=None, help="the Python of PureJaxRL's own virtual environment")
+    run.add_argument("--stoix", default=None, help="a checkout of EdanToledo/Stoix (search_vs_stoix's peer)")
+    run.add_argument("--stoix-python", default=None, help="the Python of Stoix's own virtual environment")
     pg = sub.add_parser("page", help="the results page from the JSON")
     pg.add_argument("--results", default=RESULTS, help="folder of one results folder per machine")
     pg.add_argument("--write", default=None, help="a page to regenerate below its marker line (else: print)")
@@ -53,6 +56,10 @@ def parse(argv):
             p.error("--purejaxrl and --peer-python go together (a PureJaxRL checkout and its venv's Python)")
         if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
             p.error(f"bad --purejaxrl {args.purejaxrl!r}; expected a checkout with purejaxrl/ppo.py")
+        if (args.stoix is None) != (args.stoix_python is None):
+            p.error("--stoix and --stoix-python go together (a Stoix checkout and its venv's Python)")
+        if args.stoix and not os.path.isfile(os.path.join(args.stoix, "stoix", "systems", "search", "ff_az.py")):
+            p.error(f"bad --stoix {args.stoix!r}; expected a checkout with stoix/systems/search/ff_az.py")
     return args
 
 
@@ -60,7 +67,8 @@ def run(args) -> dict:
     """Run the chosen benchmarks in order; each result gets the machine record and is written at once."""
     from experiments.bench import kinds
 
-    peer = {"checkout": args.purejaxrl, "python": args.peer_python} if args.purejaxrl else None
+    peer = {name: {"checkout": checkout, "python": python} for name, checkout, python in (
+        ("purejaxrl", args.purejaxrl, args.peer_python), ("stoix", args.stoix, args.stoix_python)) if checkout}
     out_dir = args.out
     results = {}
     for b in BENCHMARKS if args.name == "all" else [BY_NAME[args.name]]:

@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -265,3 +266,66 @@ def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, t
         out["final_return_mean"] = out["last_100_episodes_mean"]
     reached = target is not None and out["final_return_mean"] >= target
     return dict(out, process_s=process_s, time_to_target_s=process_s if reached else None)
+
+
+# Stoix's AlphaZero-like agent (stoix/systems/search/ff_az.py, hydra overrides) at accerl_jax's `search` preset's
+# shapes: gymnax CartPole-v1, Gumbel MuZero search with 8 simulations, 16 envs x 16 steps, its own default MLP
+# (separate actor and critic torsos, 256 x 256, ReLU: the preset's network), console logging only, a light
+# evaluation (10 periods of 8 episodes; not part of its steps/s, which times its jitted learn() call: the
+# search's rollout and the training). ``epochs`` and ``batch`` set how much its learner trains per update
+# (its defaults: 8 epochs of 32 sequences of 16 steps; accerl_jax's learner trains each sample once).
+STOIX_FF_AZ = ("env=gymnax/cartpole", "network=mlp", "system.search_method=gumbel", "system.num_simulations=8",
+               "system.rollout_length=16", "arch.total_num_envs=16", "arch.num_evaluation=10",
+               "arch.num_eval_episodes=8", "arch.absolute_metric=False", "logger.loggers.console.enabled=True",
+               "logger.loggers.wandb.enabled=False", "logger.loggers.neptune.enabled=False",
+               "logger.loggers.json.enabled=False", "logger.loggers.tensorboard.enabled=False",
+               "logger.checkpointing.save_model=False")
+
+
+def stoix_log(text: str) -> dict:
+    """What Stoix's console log says (colour codes removed): ``steps_per_s``, the median of its "ACTOR - Steps
+    per second" over the evaluation periods after the first (which includes compilation); ``periods``,
+    those values in order; ``final_return_mean``, the last period's mean return of its training episodes;
+    ``eval_return_mean``, its last evaluation's; ``total_env_steps``, its last "MISC - Timestep"."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+    def value(line: str, key: str):
+        m = re.search(re.escape(key) + r":\s*([-+0-9.eE]+)", line)
+        return float(m.group(1)) if m else None
+
+    sps, train, evals, steps = [], [], [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("ACTOR - "):
+            sps.append(value(line, "Steps per second"))
+            train.append(value(line, "Episode return mean"))
+        elif line.startswith("EVALUATOR - "):
+            evals.append(value(line, "Episode return mean"))
+        elif line.startswith("MISC - Timestep"):
+            steps.append(value(line, "Timestep"))
+    steady = sps[1:] or sps
+    return {"steps_per_s": float(np.median(steady)) if steady else None, "periods": sps,
+            "final_return_mean": train[-1] if train else None, "eval_return_mean": evals[-1] if evals else None,
+            "total_env_steps": int(steps[-1]) if steps else None}
+
+
+def stoix_process(checkout: str, python: str, seed: int, total_steps: int, epochs: int, batch: int,
+                  timeout_s: float = 1800) -> dict:
+    """Stoix's ``ff_az`` (:data:`STOIX_FF_AZ`) as one whole process of ``python`` (its own virtual environment)
+    in ``checkout``, ``epochs`` epochs of ``batch`` sequences per update: ``process_s`` and
+    :func:`stoix_log`'s fields (``steps_per_s``: its steady rate, compilation and evaluation excluded).
+
+    Raises:
+      RuntimeError: the process failed (its exit code and the end of its output).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [python, "stoix/systems/search/ff_az.py", *STOIX_FF_AZ, f"arch.seed={seed}",
+                f"arch.total_timesteps={total_steps}", f"system.epochs={epochs}", f"system.total_batch_size={batch}",
+                f"logger.base_exp_path={tmp}/results", f"hydra.run.dir={tmp}/hydra"]
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=timeout_s,
+                              env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", WANDB_MODE="disabled"))
+        process_s = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"stoix ff_az seed {seed} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
+    return dict(stoix_log(proc.stdout + proc.stderr), process_s=process_s)

@@ -15,21 +15,42 @@ import numpy as np
 from experiments.bench import harness
 
 
+# The flags that give each peer's checkout and Python (python -m experiments.bench run).
+PEER_FLAGS = {"purejaxrl": "--purejaxrl, --peer-python", "stoix": "--stoix, --stoix-python"}
+
+
+def _steady(run_dir: str) -> dict:
+    """``{"steady_steps_per_s": ...}`` of a run folder (:func:`harness.steady_rate`; None with too few rows)."""
+    try:
+        return {"steady_steps_per_s": harness.steady_rate(run_dir)["steps_per_s"]}
+    except ValueError:
+        return {"steady_steps_per_s": None}
+
+
 def process(b, o: dict, rounds: int, peer: dict | None) -> dict:
     """Whole processes of the main job (``flags`` + the options' ``flags``; ``rerun``: run again on the
-    compilation cache the first run filled, recorded as ``<label>, rerun``) and PureJaxRL (``peer``)."""
+    compilation cache the first run filled, recorded as ``<label>, rerun``; ``steady``: also its steady
+    steps/s, ``steady_steps_per_s``) and of a peer (``peer``: ``{name: {"checkout", "python"}}``, a
+    configuration's ``"peer"`` naming one: PureJaxRL or Stoix)."""
     def one(label, seed, r):
         c = b.configs[label]
         if "peer" in c:
-            if not peer:
-                return {"skipped": "no PureJaxRL checkout given (--purejaxrl, --peer-python)"}
-            return harness.purejaxrl_process(peer["checkout"], peer["python"], seed, o.get("peer_steps", c["steps"]),
+            given = (peer or {}).get(c["peer"])
+            if not given:
+                return {"skipped": f"no {c['peer']} checkout given ({PEER_FLAGS[c['peer']]})"}
+            steps = o.get("peer_steps", c["steps"])
+            if c["peer"] == "stoix":
+                out = harness.stoix_process(given["checkout"], given["python"], seed, steps, c["epochs"], c["batch"])
+                return dict(out, steady_steps_per_s=out["steps_per_s"])
+            return harness.purejaxrl_process(given["checkout"], given["python"], seed, steps,
                                              o.get("target"), config=c.get("config", "cartpole"),
                                              env=c.get("env", "CartPole-v1"), episodes=c.get("episodes", False))
         flags, rerun = c["flags"] + o.get("flags", []), c.get("rerun") and o.get("rerun", True)
+        inspect = _steady if o.get("steady") else None
         with tempfile.TemporaryDirectory() as cache:  # empty: a first run on this machine
-            first = harness.train_process(flags, seed, o.get("target"), cache)
-            return dict(first, rerun=harness.train_process(flags, seed, o.get("target"), cache) if rerun else None)
+            first = harness.train_process(flags, seed, o.get("target"), cache, inspect=inspect)
+            return dict(first, rerun=harness.train_process(flags, seed, o.get("target"), cache, inspect=inspect)
+                        if rerun else None)
 
     runs = harness.interleave(o["configs"], o["seeds"], rounds, one)
     out = {}
@@ -366,13 +387,20 @@ COLUMNS["sweep"] = (("process_s", "whole time s", ".1f"), ("final_return_mean", 
                     ("return_gap", "largest per-run return gap, sweep vs alone", ".3g"))
 
 
-def summarise(kind: str, runs: dict) -> dict:
-    """Per configuration and metric of ``COLUMNS[kind]``: ``median``, ``mean``, ``min``, ``max`` over the
-    runs that have a value (None: skipped, or a target never reached), ``n`` of them and ``of`` runs."""
+def columns(b) -> tuple:
+    """The (metric, header, format) columns of benchmark ``b``'s table: its own (``b.columns``), else its
+    kind's (:data:`COLUMNS`)."""
+    return b.columns or COLUMNS[b.kind]
+
+
+def summarise(kind: str, runs: dict, cols: tuple | None = None) -> dict:
+    """Per configuration and metric of ``cols`` (default ``COLUMNS[kind]``): ``median``, ``mean``, ``min``,
+    ``max`` over the runs that have a value (None: skipped, or a target never reached), ``n`` of them and
+    ``of`` runs."""
     table = {}
     for label, rs in runs.items():
         table[label] = {}
-        for metric, _, _ in COLUMNS[kind]:
+        for metric, _, _ in cols or COLUMNS[kind]:
             values = [r[metric] for r in rs if r.get(metric) is not None]
             stats = dict(median=float(np.median(values)), mean=float(np.mean(values)), min=float(np.min(values)),
                          max=float(np.max(values))) if values else dict(median=None, mean=None, min=None, max=None)
@@ -404,7 +432,7 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
     if b.requires and importlib.util.find_spec(b.requires) is None:
         return dict(out, skipped=f"{b.requires} is not installed")
     runs = KINDS[b.kind](b, o, rounds, peer)
-    table = summarise(b.kind, runs)
+    table = summarise(b.kind, runs, columns(b))
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)

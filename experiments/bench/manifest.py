@@ -30,7 +30,8 @@ class Benchmark:
     maps each configuration's label to what the runner needs (Config fields, flags); ``ratio`` is
     ``(metric, baseline label)``: every configuration's median of ``metric`` over the baseline's;
     ``options`` the full budget, ``quick`` what ``--quick`` replaces (a smoke budget of seconds);
-    ``requires`` a Python package without which the benchmark is recorded as skipped."""
+    ``requires`` a Python package without which the benchmark is recorded as skipped; ``columns`` its
+    table's columns where they are not its kind's."""
 
     name: str
     kind: str
@@ -42,6 +43,7 @@ class Benchmark:
     quick: dict
     references: tuple[Reference, ...] = ()
     requires: str | None = None
+    columns: tuple | None = None  # (metric, header, format) of its table; None: its kind's (kinds.COLUMNS)
 
 
 CLEANRL_PPO = "CleanRL ppo.py, openrlbenchmark (docs/benchmark/ppo.md), 3 seeds, mean ± std"
@@ -204,6 +206,24 @@ BENCHMARKS = (
         dict(env="gymnax:Breakout-MinAtar", target=6.0, steps=150_000, seeds=[0, 1, 2], log_every=5,
              fields=SEARCH_MINATAR),
         dict(SMOKE_TRAIN, steps=2048, configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"])),
+    Benchmark(
+        "search_vs_stoix", "process",
+        "Steady env steps/s (compilation excluded) and whole-process seconds of the uncompressed search agent (the "
+        "search preset with --compressor none: Gumbel MuZero with 8 simulations, separate policy and value MLP(256, "
+        "256) torsos, 16 envs x 16 steps on CartPole-v1) against Stoix's ff_az at the same search, network and "
+        "shapes in its own virtual environment (its learner at 1 epoch of 16 sequences of 16 steps per update, "
+        "each sample trained about once as ours; its default is 8 epochs of 32), and each one's final return "
+        "(the mean return of the last logged training episodes; the learning rates are each one's own).",
+        "issue 31: the uncompressed search at least as fast as a peer's at the same network and simulations "
+        "(ratio ≥ 1.0)",
+        {"search preset, none": {"flags": ["--preset", "search", "--compressor", "none"]},
+         "stoix ff_az": {"peer": "stoix", "steps": 300_000, "epochs": 1, "batch": 16}},
+        ("steady_steps_per_s", "stoix ff_az"),
+        dict(seeds=[0, 1, 2], steady=True),
+        # the peer needs 40 updates for its 10 evaluation periods
+        dict(seeds=[0], flags=["--total-steps", "2048", "--log-every", "2"], peer_steps=10_240, rerun=False),
+        columns=(("steady_steps_per_s", "steady steps/s", ",.0f"), ("process_s", "whole process s", ".1f"),
+                 ("final_return_mean", "final return", ".1f"))),
     Benchmark(
         "corrector_ablation", "training",
         "Final return on CartPole-v1 per off-policy corrector when the actor runs a 90%-magnitude-pruned policy "

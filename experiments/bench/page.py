@@ -45,7 +45,7 @@ def record_line(r: dict, rec: dict) -> str:
 
 
 def table(b, r: dict) -> list[str]:
-    cols = kinds.COLUMNS[b.kind]
+    cols = kinds.columns(b)
     head = ["configuration", *(h for _, h, _ in cols)]
     if b.ratio:
         head.append(f"{dict((m, h) for m, h, _ in cols)[b.ratio[0]]} / `{b.ratio[1]}`'s")
