@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from experiments.bench import harness, page
+from experiments.bench import harness, kinds, page
 from experiments.bench.manifest import BENCHMARKS, BY_NAME
 
 RESULTS = os.path.join(harness.REPO, "experiments", "results")
@@ -28,6 +28,11 @@ RESULTS = os.path.join(harness.REPO, "experiments", "results")
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"error: {message}\n")
+
+
+def _flag(args, flag: str):
+    """The parsed value of ``flag`` (``--peer-python`` -> ``args.peer_python``)."""
+    return getattr(args, flag.lstrip("-").replace("-", "_"))
 
 
 def parse(argv):
@@ -52,23 +57,20 @@ def parse(argv):
             p.error(f"bad benchmark {args.name!r}; expected 'all' or one of {', '.join(BY_NAME)}")
         if args.repeats is not None and args.repeats < 1:
             p.error(f"bad --repeats {args.repeats}; expected a positive integer")
-        if (args.purejaxrl is None) != (args.peer_python is None):
-            p.error("--purejaxrl and --peer-python go together (a PureJaxRL checkout and its venv's Python)")
-        if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
-            p.error(f"bad --purejaxrl {args.purejaxrl!r}; expected a checkout with purejaxrl/ppo.py")
-        if (args.stoix is None) != (args.stoix_python is None):
-            p.error("--stoix and --stoix-python go together (a Stoix checkout and its venv's Python)")
-        if args.stoix and not os.path.isfile(os.path.join(args.stoix, "stoix", "systems", "search", "ff_az.py")):
-            p.error(f"bad --stoix {args.stoix!r}; expected a checkout with stoix/systems/search/ff_az.py")
+        for name, peer in kinds.PEERS.items():
+            checkout, python = _flag(args, peer.checkout_flag), _flag(args, peer.python_flag)
+            if (checkout is None) != (python is None):
+                p.error(f"{peer.checkout_flag} and {peer.python_flag} go together (a {name} checkout and its venv's "
+                        "Python)")
+            if checkout and not os.path.isfile(os.path.join(checkout, peer.marker)):
+                p.error(f"bad {peer.checkout_flag} {checkout!r}; expected a checkout with {peer.marker}")
     return args
 
 
 def run(args) -> dict:
     """Run the chosen benchmarks in order; each result gets the machine record and is written at once."""
-    from experiments.bench import kinds
-
-    peer = {name: {"checkout": checkout, "python": python} for name, checkout, python in (
-        ("purejaxrl", args.purejaxrl, args.peer_python), ("stoix", args.stoix, args.stoix_python)) if checkout}
+    peer = {name: {"checkout": _flag(args, f.checkout_flag), "python": _flag(args, f.python_flag)}
+            for name, f in kinds.PEERS.items() if _flag(args, f.checkout_flag)}
     out_dir = args.out
     results = {}
     for b in BENCHMARKS if args.name == "all" else [BY_NAME[args.name]]:

@@ -238,6 +238,22 @@ PUREJAXRL_CONFIGS = {
 }
 
 
+def peer_process(name: str, argv: list[str], cwd: str, timeout_s: float, **env: str):
+    """Run a peer's whole process ``argv`` in ``cwd`` on the CPU (``JAX_PLATFORMS=cpu``, no ``XLA_FLAGS`` of
+    ours; ``env`` added to the environment): ``(the completed process, its wall seconds)``.
+
+    Raises:
+      RuntimeError: it exited non-zero (``name``, its exit code and the end of its output).
+    """
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", **env))
+    process_s = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
+    return proc, process_s
+
+
 def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, target: float | None,
                       timeout_s: float = 1800, config: str = "cartpole", env: str = "CartPole-v1",
                       episodes: bool = False) -> dict:
@@ -250,17 +266,12 @@ def purejaxrl_process(checkout: str, python: str, seed: int, total_steps: int, t
     reaches ``target``, else None.
 
     Raises:
-      RuntimeError: the process failed (its exit code and the end of its stderr).
+      RuntimeError: the process failed (its exit code and the end of its output).
       KeyError: ``config`` is not a key of :data:`PUREJAXRL_CONFIGS`.
     """
     overrides = dict(PUREJAXRL_CONFIGS[config], ENV_NAME=env)
-    start = time.perf_counter()
-    proc = subprocess.run([python, "-c", PUREJAXRL_RUN, str(seed), str(total_steps), json.dumps(overrides)],
-                          cwd=os.path.join(checkout, "purejaxrl"), capture_output=True, text=True, timeout=timeout_s,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=""))
-    process_s = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"purejaxrl seed {seed} exited {proc.returncode}: {proc.stderr[-1500:]}")
+    argv = [python, "-c", PUREJAXRL_RUN, str(seed), str(total_steps), json.dumps(overrides)]
+    proc, process_s = peer_process(f"purejaxrl seed {seed}", argv, os.path.join(checkout, "purejaxrl"), timeout_s)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if episodes and out.get("last_100_episodes_mean") is not None:
         out["final_return_mean"] = out["last_100_episodes_mean"]
@@ -322,10 +333,5 @@ def stoix_process(checkout: str, python: str, seed: int, total_steps: int, epoch
         argv = [python, "stoix/systems/search/ff_az.py", *STOIX_FF_AZ, f"arch.seed={seed}",
                 f"arch.total_timesteps={total_steps}", f"system.epochs={epochs}", f"system.total_batch_size={batch}",
                 f"logger.base_exp_path={tmp}/results", f"hydra.run.dir={tmp}/hydra"]
-        start = time.perf_counter()
-        proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", WANDB_MODE="disabled"))
-        process_s = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"stoix ff_az seed {seed} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
+        proc, process_s = peer_process(f"stoix ff_az seed {seed}", argv, checkout, timeout_s, WANDB_MODE="disabled")
     return dict(stoix_log(proc.stdout + proc.stderr), process_s=process_s)

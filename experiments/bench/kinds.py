@@ -9,14 +9,24 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from experiments.bench import harness
 
 
-# The flags that give each peer's checkout and Python (python -m experiments.bench run).
-PEER_FLAGS = {"purejaxrl": "--purejaxrl, --peer-python", "stoix": "--stoix, --stoix-python"}
+class Peer(NamedTuple):
+    """A peer's command-line flags (``python -m experiments.bench run``): its checkout's and its venv's Python,
+    and the file a checkout of it must hold."""
+
+    checkout_flag: str
+    python_flag: str
+    marker: str
+
+
+PEERS = {"purejaxrl": Peer("--purejaxrl", "--peer-python", os.path.join("purejaxrl", "ppo.py")),
+         "stoix": Peer("--stoix", "--stoix-python", os.path.join("stoix", "systems", "search", "ff_az.py"))}
 
 
 def _steady(run_dir: str) -> dict:
@@ -37,7 +47,8 @@ def process(b, o: dict, rounds: int, peer: dict | None) -> dict:
         if "peer" in c:
             given = (peer or {}).get(c["peer"])
             if not given:
-                return {"skipped": f"no {c['peer']} checkout given ({PEER_FLAGS[c['peer']]})"}
+                flags = PEERS[c["peer"]]
+                return {"skipped": f"no {c['peer']} checkout given ({flags.checkout_flag}, {flags.python_flag})"}
             steps = o.get("peer_steps", c["steps"])
             if c["peer"] == "stoix":
                 out = harness.stoix_process(given["checkout"], given["python"], seed, steps, c["epochs"], c["batch"])
