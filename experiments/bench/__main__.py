@@ -43,6 +43,7 @@ def parse(argv):
     run.add_argument("name", help="a benchmark name (see list) or 'all'")
     run.add_argument("--quick", action="store_true", help="each benchmark's smoke budget (seconds; not a measurement)")
     run.add_argument("--repeats", type=int, default=None, help="rotated rounds of every configuration (default: the manifest's)")
+    run.add_argument("--seeds", default=None, help="comma-separated seeds replacing the manifest's (e.g. 0 or 0,1)")
     run.add_argument("--out", default=None, help="results folder (default: experiments/results/<machine kind>/)")
     run.add_argument("--purejaxrl", default=None, help="a checkout of luchris429/purejaxrl (the peer)")
     run.add_argument("--peer-python", default=None, help="the Python of PureJaxRL's own virtual environment")
@@ -55,6 +56,13 @@ def parse(argv):
     if args.command == "run":
         if args.name != "all" and args.name not in BY_NAME:
             p.error(f"bad benchmark {args.name!r}; expected 'all' or one of {', '.join(BY_NAME)}")
+        if args.seeds is not None:
+            try:
+                args.seeds = [int(x) for x in args.seeds.split(",")]
+            except ValueError:
+                args.seeds = None
+            if not args.seeds or min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
+                p.error("bad --seeds; expected distinct non-negative integers separated by commas, e.g. 0,1,2")
         if args.repeats is not None and args.repeats < 1:
             p.error(f"bad --repeats {args.repeats}; expected a positive integer")
         for name, peer in kinds.PEERS.items():
@@ -78,7 +86,7 @@ def run(args) -> dict:
         if out_dir is None:
             base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS
             out_dir = os.path.join(base, rec["machine_kind"])
-        result = kinds.measure(b, args.quick, args.repeats, peer)
+        result = kinds.measure(b, args.quick, args.repeats, peer, args.seeds)
         result["record"] = harness.finish_record(rec, started)
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, f"{b.name}.json"), "w") as f:

@@ -151,14 +151,23 @@ def summary_keys(run: dict) -> dict:
     return out
 
 
-def train_in_process(fields: dict, target: float | None = None) -> dict:
+def learning_curve(logdir: str) -> dict:
+    """A run's learning curve from its ``metrics.csv``: ``agent_steps`` (env steps summed over envs),
+    ``return_mean`` (mean of the last episodes' returns; None before the first episode ends) and
+    ``wall_time_s`` per logged row, as JSON-ready lists."""
+    c = curve(logdir)
+    return {k: [None if not np.isfinite(x) else float(x) for x in c[col]]
+            for k, col in (("agent_steps", "env_steps"), ("return_mean", "return_mean"), ("wall_time_s", "wall_time_s"))}
+
+
+def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False) -> dict:
     """One :func:`accerl_jax.run_training_result` run of ``Config(**fields)`` in a fresh temporary log folder:
-    the summary's kept fields, the time to ``target`` (seconds from setup, compilation included) and the
-    steady rate (None when the run logged too few rows)."""
-    return trained_in_process(fields, target)[0]
+    the summary's kept fields, the time to ``target`` (seconds from setup, compilation included), the
+    steady rate (None when the run logged too few rows) and, with ``keep_curve``, its :func:`learning_curve`."""
+    return trained_in_process(fields, target, keep_curve)[0]
 
 
-def trained_in_process(fields: dict, target: float | None = None):
+def trained_in_process(fields: dict, target: float | None = None, keep_curve: bool = False):
     """:func:`train_in_process`'s fields and the run's :class:`accerl_jax.run.driver.Result` (its final
     parameters, for experiments that study the trained policy)."""
     from accerl_jax.config import Config
@@ -169,6 +178,8 @@ def trained_in_process(fields: dict, target: float | None = None):
         result = run_training_result(cfg)
         out = summary_keys(result.summary)
         out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
+        if keep_curve:
+            out["curve"] = learning_curve(cfg.logdir)
         try:
             out["steady"] = steady_rate(cfg.logdir)
         except ValueError:

@@ -137,14 +137,15 @@ def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
 def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
     """In-process training runs (:func:`harness.train_in_process`) of each configuration's Config fields
     (over the options' ``fields``) at ``steps`` agent steps per seed: final return, seconds to ``target``
-    from setup, wall seconds. ``student_of``: the named compressor's student network, trained directly (no compressor)."""
+    from setup, wall seconds; with the option ``curve``, each run's learning curve (:func:`harness.learning_curve`).
+    ``student_of``: the named compressor's student network, trained directly (no compressor)."""
     def one(label, seed, r):
         fields = dict(o.get("fields", {}), **{k: o[k] for k in ("env", "log_every") if k in o})
         fields.update(b.configs[label], total_steps=o["steps"], seed=seed)
         student = fields.pop("student_of", None)
         if student:
             fields["hidden_sizes"] = student_widths(fields, student)
-        return harness.train_in_process(fields, o.get("target"))
+        return harness.train_in_process(fields, o.get("target"), keep_curve=o.get("curve", False))
 
     return harness.interleave(o["configs"], o["seeds"], rounds, one)
 
@@ -429,8 +430,9 @@ def ratios(table: dict, ratio: tuple[str, str] | None) -> dict:
             for label, row in table.items()}
 
 
-def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
-    """Run benchmark ``b`` (its ``quick`` options over ``options`` with ``quick``) and return its result:
+def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[int] | None = None) -> dict:
+    """Run benchmark ``b`` (its ``quick`` options over ``options`` with ``quick``; ``seeds`` replacing its
+    seeds) and return its result:
     ``options``, ``rounds``, ``runs``, ``table`` (:func:`summarise`), ``ratios`` and, for the compression
     kind, ``verdict``; or ``skipped`` with the reason when ``b.requires`` is not installed."""
     import importlib.util
@@ -438,6 +440,8 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None) -> dict:
     o = dict(b.options, **(b.quick if quick else {}))
     o.setdefault("configs", list(b.configs))
     o.pop("repeats", None)
+    if seeds is not None:
+        o["seeds"] = list(seeds)
     rounds = rounds or (b.quick if quick else b.options).get("repeats", 1 if quick else 2)
     out = {"benchmark": b.name, "kind": b.kind, "quick": quick, "rounds": rounds, "options": o}
     if b.requires and importlib.util.find_spec(b.requires) is None:

@@ -54,11 +54,16 @@ REFERENCES = (
     Reference("CleanRL ppo_continuous_action.py", "HalfCheetah-v4", 1_000_000, 1442.64, 46.03, 3, CLEANRL_CONTINUOUS),
     Reference("CleanRL ppo_continuous_action.py", "Hopper-v4", 1_000_000, 2382.86, 271.74, 3, CLEANRL_CONTINUOUS),
     Reference("CleanRL ppo_continuous_action.py", "Walker2d-v4", 1_000_000, 2287.95, 571.78, 3, CLEANRL_CONTINUOUS),
+    # the end of its run: 10M frames (../shared/peers.md), i.e. 2.5M agent steps of 4 frames; no curve point here
+    Reference("CleanRL ppo_atari_envpool_xla_jax.py", "Pong-v5", 2_500_000, 20.39, 0.24, 3,
+              "CleanRL ppo_atari_envpool_xla_jax.py, openrlbenchmark (docs/benchmark/ppo.md), 3 seeds, mean ± std at "
+              "the end of its run (10M frames)"),
 )
 CARTPOLE_TARGET = 475.0  # gymnasium's reward threshold for CartPole-v1 (the maximum is 500)
 MINATAR = dict(loss="actor-critic")  # the minatar preset's: IMPALA's one gradient step per update
 # The mujoco preset's settings (accerl_jax/tools/presets.py), its env left to each configuration.
 MUJOCO = {k: v for k, v in PRESETS["mujoco"].settings.items() if k != "env"}
+ATARI = {k: v for k, v in PRESETS["atari"].settings.items() if k != "env"}  # the atari preset's, as MUJOCO
 # compression_search_breakout_minatar's search agent: N is the MinAtar paper's net (accerl_jax.networks.
 # MinAtarActorCritic) at 4x its widths, so that distill:small's student is the paper's conv 16 + dense 128.
 SEARCH_MINATAR = dict(agent="search", network="minatar", hidden_sizes=(64, 512), num_envs=64, rollout_length=16,
@@ -112,6 +117,19 @@ BENCHMARKS = (
         dict(steps=1_000_000, seeds=[0, 1, 2], fields=MUJOCO, log_every=10),
         dict(steps=4096, seeds=[0], log_every=1, configs=["Hopper-v4"]),
         references=REFERENCES[2:5], requires="envpool"),
+    Benchmark(
+        "quality_atari_pong", "training",
+        "Learning curve (mean return of the last 100 episodes at each logged row, the raw game score) of the atari "
+        "preset on envpool's Pong-v5 to 2M agent steps (8M frames; Sebulba loop, IMPALA's settings, Nature CNN; the "
+        "learner trains on rewards clipped to their sign, envpool's defaults otherwise: no episodic life, no sticky "
+        "actions, up to 30 no-op starts), its final return and wall seconds, beside CleanRL's published "
+        "ppo_atari_envpool_xla_jax.py result.",
+        "CleanRL ppo_atari_envpool_xla_jax.py: its published curve at the same frames (issue 28)",
+        {"Pong-v5": {"env": "envpool:Pong-v5"}},
+        None,
+        dict(steps=2_000_000, seeds=[0, 1, 2], fields=ATARI, log_every=10, curve=True),
+        dict(steps=1280, seeds=[0], log_every=1),
+        references=REFERENCES[5:6], requires="envpool"),
     *(Benchmark(
         f"actor_time_{short}", "actor_time",
         f"Actor env steps/s with each compressor's policy on {env} ({envs} environments; env stepping and policy "
