@@ -40,8 +40,9 @@ def _smoke(tmp_path, names: list[str]) -> None:
     out = tmp_path / "results" / "this-machine"
     peer = fake_purejaxrl(tmp_path / "peer")
     for name in names:
+        seeds = ["--seeds", "1"] if name == "compression_cartpole" else []  # --seeds replaces the manifest's
         assert main(["run", name, "--quick", "--out", str(out), "--purejaxrl", peer,
-                     "--peer-python", sys.executable]) == 0
+                     "--peer-python", sys.executable, *seeds]) == 0
     text = page.page(str(tmp_path / "results"))
     for b in BENCHMARKS if names == ["all"] else [b for b in BENCHMARKS if b.name in names]:
         r = json.loads((out / f"{b.name}.json").read_text())
@@ -57,7 +58,9 @@ def _smoke(tmp_path, names: list[str]) -> None:
         assert f"## {b.name}\n" in text and "smoke budget, not a measurement" in text.split(f"## {b.name}\n")[1]
     peer_runs = json.loads((out / "default_vs_purejaxrl.json").read_text())["runs"]["purejaxrl"]
     assert peer_runs[0]["final_return_mean"] == 500.0 and peer_runs[0]["time_to_target_s"] == peer_runs[0]["process_s"]
-    assert "verdict" in json.loads((out / "compression_cartpole.json").read_text())
+    compression = json.loads((out / "compression_cartpole.json").read_text())
+    assert "verdict" in compression and compression["options"]["seeds"] == [1]
+    assert {r["seed"] for rs in compression["runs"].values() for r in rs} == {1}
     assert json.loads((out / "loop_throughput.json").read_text())["rounds"] == 1  # --quick: one round
     swept = json.loads((out / "sweep_learning_rate.json").read_text())["runs"]
     for label, n in (("sweep, 1 process", 1), ("separate, 8 processes", 2)):  # --quick: 2 values x 2 seeds
@@ -102,7 +105,8 @@ def test_record_names_the_machine_revision_packages_and_load():
 @pytest.mark.parametrize("argv, names", [
     (["run", "nope"], "'nope'"), (["run", "all", "--repeats", "0"], "--repeats 0"),
     (["run", "all", "--purejaxrl", "/nowhere"], "--peer-python"), (["frobnicate"], "frobnicate"),
-    (["run", "all", "--stoix", "/nowhere"], "--stoix-python"),
+    (["run", "all", "--stoix", "/nowhere"], "--stoix-python"), (["run", "all", "--seeds", "0,x"], "--seeds"),
+    (["run", "all", "--seeds", "1,1"], "--seeds"), (["run", "all", "--seeds", "-1"], "--seeds"),
     (["run", "all", "--stoix", "/nowhere", "--stoix-python", sys.executable], "'/nowhere'")])
 def test_bad_input_exits_2_with_one_line(argv, names, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -120,6 +124,9 @@ def test_metrics_rules_nan_never_reaches_a_target_and_the_steady_window_skips_th
     assert steady["steps_per_s"] == 150.0 and steady["window_steps"] == 300 and steady["shares"] == {"actor": 0.5}
     with pytest.raises(ValueError, match="needs 5"):
         harness.steady_rate(str(tmp_path), first_row=3)
+    assert harness.learning_curve(str(tmp_path)) == {"agent_steps": [100.0, 200.0, 300.0, 500.0],
+                                                     "return_mean": [None, None, 480.0, 500.0],
+                                                     "wall_time_s": [10.0, 12.0, 13.0, 14.0]}
     assert [harness.rotated(["a", "b", "c"], r) for r in range(4)] == [
         ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
 
@@ -160,6 +167,18 @@ def test_compression_verdict_picks_the_soonest_paying_b_of_several():
     # neither pays: the soonest is named, with what it lacks
     v = kinds.verdict(table([10.0, 9.0, None, 8.0], [500.0, 500.0, 500.0, 500.0]), labels)
     assert v == {"pays": False, "sooner_than_a_and_c": False, "equal_final_return": True, "best": "(b) one"}
+
+
+def test_a_two_player_benchmarks_verdict_holds_the_final_win_rate_not_the_return():
+    b = BY_NAME["compression_search_connect4"]
+    labels = list(b.configs)
+
+    def verdict(win_rates):  # (b) soonest; every final return equal (self-play's share of decisive games)
+        runs = {label: [{"time_to_target_s": t, "final_win_rate": w, "final_return_mean": 1.0, "wall_time_s": 1.0}]
+                for label, t, w in zip(labels, (30.0, 10.0, 20.0), win_rates)}
+        return kinds.verdict(kinds.summarise(b.kind, runs, kinds.columns(b)), labels, "final_win_rate")
+
+    assert verdict([0.7, 0.72, 0.7])["pays"] and not verdict([0.7, 0.6, 0.7])["pays"]
 
 
 def test_a_target_reached_by_fewer_than_most_runs_counts_as_never_reached():
@@ -231,3 +250,39 @@ def test_stoix_log_reads_its_steady_rate_returns_and_steps():
     assert out == {"steps_per_s": 13000.0, "periods": [900.0, 12000.0, 14000.0, 13000.0], "final_return_mean": 90.5,
                    "eval_return_mean": 91.5, "total_env_steps": 10240}
     assert harness.stoix_log("nothing logged")["steps_per_s"] is None
+
+
+def test_the_page_shows_kept_learning_curves_as_the_mean_return_at_the_last_row_before_each_mark():
+    b = BY_NAME["quality_atari_pong"]
+    run = lambda steps, returns: {"seed": 0, "curve": {"agent_steps": steps, "return_mean": returns}}
+    r = {"options": {"steps": 400}, "runs": {"Pong-v5": [run([50, 100, 210, 400], [None, -21.0, -15.0, -5.0]),
+                                                            run([100, 200, 400], [-19.0, -17.0, 1.0])]}}
+    lines = page.curve_lines(b, r, points=4)
+    assert lines[0].startswith("| configuration, return at agent steps | 0.1k | 0.2k | 0.3k | 0.4k |")
+    # at 100: both runs' rows at 100; at 200: -21 (the first run's last row <= 200) and -17; at 400: -5 and 1
+    assert lines[2] == "| `Pong-v5` (2 runs) | -20.0 | -19.0 | -16.0 | -2.0 |" and lines[-1] == ""
+    assert page.curve_lines(b, {"options": {"steps": 400}, "runs": {"Pong-v5": [{"seed": 0}]}}) == []
+
+
+def test_win_rates_of_every_checkpoint_are_evaluates_mcts_match(tmp_path):
+    """harness.win_rates plays each checkpoint as `python -m accerl_jax.evaluate RUN --step U` plays its MCTS
+    match (same key, same search), one compiled match for all; the time at a checkpoint is its logged row's."""
+    from accerl_jax import evaluate
+    from accerl_jax.config import Config
+    from accerl_jax import run_training_result
+
+    run = tmp_path / "run"
+    run_training_result(Config(env="pgx:tic_tac_toe", agent="search", hidden_sizes=(8,), num_envs=4, rollout_length=4,
+                               num_simulations=2, total_steps=48, log_every=1, checkpoint_every=1,
+                               keep_checkpoints=10, progress=False, logdir=str(run)))
+    got = harness.win_rates(str(run), games=4, opponent_simulations=2, target=0.0)
+    assert [r["update"] for r in got["win_rates"]] == [1, 2, 3]
+    wall = harness.curve(str(run))["wall_time_s"]
+    assert [r["wall_time_s"] for r in got["win_rates"]] == wall.tolist()
+    assert got["time_to_target_s"] == wall[0] and got["final_win_rate"] == got["win_rates"][-1]["win_rate"]
+    for r in got["win_rates"][::2]:
+        record = evaluate.evaluate(evaluate.Args(run_dir=str(run), step=r["update"], episodes=4,
+                                                 opponent_simulations=2, progress=False))
+        mcts = record["matches"]["mcts"]
+        assert (r["win_rate"], r["draw_rate"]) == (mcts["wins"] / 4, mcts["draws"] / 4), r["update"]
+    assert harness.win_rates(str(run), games=4, opponent_simulations=2, target=1.01)["time_to_target_s"] is None

@@ -22,6 +22,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import mctx
+import numpy as np
 
 from accerl_jax.envs.pgx_env import mover_rewards, observe
 from accerl_jax.search.acting import Node, mask_logits
@@ -112,6 +113,42 @@ def network_player(apply, params, model, greedy: bool = False) -> Callable:
     return act
 
 
+def match_scores(model, player: Callable, opponent: Callable, games: int, key: jax.Array):
+    """The traceable match of :func:`play_match`: ``(score [games] float32, first [games] bool)``, the
+    player's outcome of each game (+1 win, 0 draw, -1 loss) and whether it moved first there. A caller that
+    jits it with the player's parameters as an argument compiles one program for many checkpoints."""
+    k_init, k_play = jax.random.split(key)
+    game = model.init(jax.random.split(k_init, games))
+    first = jnp.arange(games) % 2 == 0
+    me = jnp.where(first, game.current_player, 1 - game.current_player).astype(jnp.int32)
+
+    def cond(c):
+        g = c[0]
+        return jnp.logical_not(jnp.all(g.terminated | g.truncated))
+
+    def body(c):
+        g, score, k = c
+        k, k_me, k_other, k_step = jax.random.split(k, 4)
+        action = jnp.where(g.current_player == me, player(g, k_me), opponent(g, k_other))
+        _, nxt, _, _ = model.step(jax.random.split(k_step, games), g, action)
+        return nxt, score + mover_rewards(nxt, me), k
+
+    _, score, _ = jax.lax.while_loop(cond, body, (game, jnp.zeros((games,), jnp.float32), k_play))
+    return score, first
+
+
+def tally(score, first) -> dict:
+    """:func:`play_match`'s counts from :func:`match_scores`' ``(score, first)`` (numpy or jax arrays)."""
+    score, first = np.asarray(score), np.asarray(first)
+
+    def count(sel):
+        s = score[sel]
+        return {"games": int(s.size), "wins": int((s > 0).sum()), "draws": int((s == 0).sum()),
+                "losses": int((s < 0).sum())}
+
+    return {**count(slice(None)), "first": count(first), "second": count(~first)}
+
+
 def play_match(model, player: Callable, opponent: Callable, games: int, key: jax.Array) -> dict:
     """``games`` games of ``player`` against ``opponent``, played at once to their ends (jitted).
 
@@ -126,33 +163,4 @@ def play_match(model, player: Callable, opponent: Callable, games: int, key: jax
       (ints, the player's results; ``first``/``second`` by the colour it played; wins + draws + losses =
       games).
     """
-    k_init, k_play = jax.random.split(key)
-
-    @jax.jit
-    def run(k_init, k_play):
-        game = model.init(jax.random.split(k_init, games))
-        first = jnp.arange(games) % 2 == 0
-        me = jnp.where(first, game.current_player, 1 - game.current_player).astype(jnp.int32)
-
-        def cond(c):
-            g = c[0]
-            return jnp.logical_not(jnp.all(g.terminated | g.truncated))
-
-        def body(c):
-            g, score, k = c
-            k, k_me, k_other, k_step = jax.random.split(k, 4)
-            action = jnp.where(g.current_player == me, player(g, k_me), opponent(g, k_other))
-            _, nxt, _, _ = model.step(jax.random.split(k_step, games), g, action)
-            return nxt, score + mover_rewards(nxt, me), k
-
-        _, score, _ = jax.lax.while_loop(cond, body, (game, jnp.zeros((games,), jnp.float32), k_play))
-        return score, first
-
-    score, first = jax.device_get(run(k_init, k_play))
-
-    def count(sel):
-        s = score[sel]
-        return {"games": int(s.size), "wins": int((s > 0).sum()), "draws": int((s == 0).sum()),
-                "losses": int((s < 0).sum())}
-
-    return {**count(slice(None)), "first": count(first), "second": count(~first)}
+    return tally(*jax.device_get(jax.jit(lambda k: match_scores(model, player, opponent, games, k))(key)))

@@ -160,14 +160,56 @@ def learning_curve(logdir: str) -> dict:
             for k, col in (("agent_steps", "env_steps"), ("return_mean", "return_mean"), ("wall_time_s", "wall_time_s"))}
 
 
-def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False) -> dict:
+def win_rates(logdir: str, games: int, opponent_simulations: int, target: float | None = None,
+              seed: int = 1) -> dict:
+    """Every checkpoint of a two-player (pgx) search run against the plain MCTS opponent, as
+    ``python -m accerl_jax.evaluate RUN --step U --episodes games --opponent-simulations N --seed seed`` plays
+    its ``mcts`` match (the same key; the learner's network searching with the run's simulations, its
+    sampled move; half the games with each colour), one compiled match for all checkpoints.
+
+    Returns:
+      ``{"win_rates": [{"update", "wall_time_s", "win_rate", "draw_rate"}] by update, "final_win_rate",
+      "time_to_target_s"}``: ``wall_time_s`` the run's seconds from setup at that update (its
+      ``metrics.csv`` row; checkpoints fall on logged updates), the time to ``target`` that of the first
+      checkpoint at or above it (None if none is; evaluation time is not training time).
+    """
+    import jax
+
+    from accerl_jax.search import matches
+    from accerl_jax.search.evaluation import search_settings
+    from accerl_jax.seeds import EvalUse, eval_key
+    from accerl_jax.tools import trained as trained_lib
+
+    folder = os.path.join(logdir, "checkpoints")
+    updates = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+    last = trained_lib.load(logdir, step=updates[-1])
+    model, search = last.env.model, search_settings(last.cfg, None, False)
+    opponent = matches.mcts_player(model, opponent_simulations)
+    key = jax.random.fold_in(eval_key(seed, EvalUse.MATCHES), 1)  # evaluate's key of its "mcts" match
+    play = jax.jit(lambda params: matches.match_scores(
+        model, matches.search_player(last.apply, params, model, search), opponent, games, key))
+    c = curve(logdir)
+    wall = dict(zip(c["update"].astype(int).tolist(), c["wall_time_s"].tolist()))
+    rows = []
+    for u in updates:
+        params = last.params if u == updates[-1] else trained_lib.load(logdir, step=u).params
+        r = matches.tally(*jax.device_get(play(params)))
+        rows.append({"update": u, "wall_time_s": wall.get(u), "win_rate": r["wins"] / r["games"],
+                     "draw_rate": r["draws"] / r["games"]})
+    hit = [r["wall_time_s"] for r in rows if target is not None and r["win_rate"] >= target]
+    return {"win_rates": rows, "final_win_rate": rows[-1]["win_rate"], "time_to_target_s": hit[0] if hit else None}
+
+
+def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False, inspect=None) -> dict:
     """One :func:`accerl_jax.run_training_result` run of ``Config(**fields)`` in a fresh temporary log folder:
     the summary's kept fields, the time to ``target`` (seconds from setup, compilation included), the
-    steady rate (None when the run logged too few rows) and, with ``keep_curve``, its :func:`learning_curve`."""
-    return trained_in_process(fields, target, keep_curve)[0]
+    steady rate (None when the run logged too few rows) and, with ``keep_curve``, its :func:`learning_curve`.
+    ``inspect(run_dir) -> dict``, if given, reads the run's folder before it is deleted; its fields join
+    (and replace) the result's."""
+    return trained_in_process(fields, target, keep_curve, inspect)[0]
 
 
-def trained_in_process(fields: dict, target: float | None = None, keep_curve: bool = False):
+def trained_in_process(fields: dict, target: float | None = None, keep_curve: bool = False, inspect=None):
     """:func:`train_in_process`'s fields and the run's :class:`accerl_jax.run.driver.Result` (its final
     parameters, for experiments that study the trained policy)."""
     from accerl_jax.config import Config
@@ -180,6 +222,8 @@ def trained_in_process(fields: dict, target: float | None = None, keep_curve: bo
         out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
         if keep_curve:
             out["curve"] = learning_curve(cfg.logdir)
+        if inspect is not None:
+            out.update(inspect(cfg.logdir))
         try:
             out["steady"] = steady_rate(cfg.logdir)
         except ValueError:

@@ -137,7 +137,10 @@ def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
 def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
     """In-process training runs (:func:`harness.train_in_process`) of each configuration's Config fields
     (over the options' ``fields``) at ``steps`` agent steps per seed: final return, seconds to ``target``
-    from setup, wall seconds; with the option ``curve``, each run's learning curve (:func:`harness.learning_curve`).
+    from setup, wall seconds; with the option ``curve``, each run's learning curve (:func:`harness.learning_curve`);
+    with ``matches`` (``{"every", "games", "opponent_simulations"}``, a two-player game), a checkpoint every
+    ``every`` updates and each one's win rate against the MCTS opponent (:func:`harness.win_rates`): the
+    target is then a win rate and ``final_win_rate`` the quality.
     ``student_of``: the named compressor's student network, trained directly (no compressor)."""
     def one(label, seed, r):
         fields = dict(o.get("fields", {}), **{k: o[k] for k in ("env", "log_every") if k in o})
@@ -145,7 +148,13 @@ def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
         student = fields.pop("student_of", None)
         if student:
             fields["hidden_sizes"] = student_widths(fields, student)
-        return harness.train_in_process(fields, o.get("target"), keep_curve=o.get("curve", False))
+        m = o.get("matches")
+        if not m:
+            return harness.train_in_process(fields, o.get("target"), keep_curve=o.get("curve", False))
+        # a two-player game: each checkpoint's win rate against the MCTS opponent, evaluated after training
+        fields.update(checkpoint_every=m["every"], keep_checkpoints=10_000)
+        return harness.train_in_process(fields, keep_curve=o.get("curve", False), inspect=lambda d: harness.win_rates(
+            d, m["games"], m["opponent_simulations"], o.get("target")))
 
     return harness.interleave(o["configs"], o["seeds"], rounds, one)
 
@@ -155,11 +164,12 @@ def compression(b, o: dict, rounds: int, peer: dict | None) -> dict:
     return training(b, o, rounds, peer)
 
 
-def verdict(table: dict, labels: list[str]) -> dict:
+def verdict(table: dict, labels: list[str], quality: str = "final_return_mean") -> dict:
     """Does compression pay? ``labels``: (a), one or more (b) (a compressor each), then (c). A (b) pays when
     it reaches the target sooner (median seconds over the runs that reached it; never, unless most runs
-    did) than both (a) and (c) and its mean final return is at least (a)'s lowest seed's (equal final return
-    within (a)'s spread); ``best``: the (b) that pays soonest, else the soonest (b)."""
+    did) than both (a) and (c) and its mean final ``quality`` (the final return, or a game's final win
+    rate) is at least (a)'s lowest seed's (equal final quality within (a)'s spread); ``best``: the (b) that
+    pays soonest, else the soonest (b)."""
     a, c = table[labels[0]], table[labels[-1]]
 
     def seconds(row):  # median seconds to the target; None (never) unless most of the runs reached it
@@ -170,8 +180,8 @@ def verdict(table: dict, labels: list[str]) -> dict:
         b = table[label]
         t = [seconds(x) for x in (a, b, c)]
         sooner = t[1] is not None and all(x is None or t[1] < x for x in (t[0], t[2]))
-        equal = (b["final_return_mean"]["mean"] is not None and a["final_return_mean"]["min"] is not None
-                 and b["final_return_mean"]["mean"] >= a["final_return_mean"]["min"])
+        equal = (b[quality]["mean"] is not None and a[quality]["min"] is not None
+                 and b[quality]["mean"] >= a[quality]["min"])
         return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
 
     judgements = {label: judged(label) for label in labels[1:-1]}
@@ -451,6 +461,6 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
-        out["verdict"] = verdict(table, labels)
+        out["verdict"] = verdict(table, labels, "final_win_rate" if o.get("matches") else "final_return_mean")
         out["amdahl"] = amdahl(runs, labels)
     return out

@@ -74,14 +74,42 @@ def section(b, results: dict) -> list[str]:
             lines += [f"{machine}: skipped ({r['skipped']}).", ""]
             continue
         lines += [record_line(r, r["record"]), "", *table(b, r), ""]
+        lines += curve_lines(b, r)
         if "verdict" in r:
             v = r["verdict"]
             which = f" (`{v['best']}`)" if "best" in v and len(b.configs) > 3 else ""
+            quality = "win rate" if any(m == "final_win_rate" for m, _, _ in kinds.columns(b)) else "return"
             lines += [f"Compression pays here{which}: **{'yes' if v['pays'] else 'no'}** ((b) sooner than (a) and "
-                      f"(c): {'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final return: "
+                      f"(c): {'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final {quality}: "
                       f"{'yes' if v['equal_final_return'] else 'no'}).", ""]
         lines += amdahl_lines(r.get("amdahl") or {})
     return lines
+
+
+def curve_lines(b, r: dict, points: int = 8) -> list[str]:
+    """A table of the learning curves a benchmark kept (option ``curve``): per configuration, the mean over
+    its runs of the logged return at the last row at or before each of ``points`` evenly spaced agent steps
+    of the budget (``—`` before a run's first finished episode); none if no run kept a curve."""
+    budget = r["options"].get("steps")
+    runs = {label: [x["curve"] for x in rs if x.get("curve")] for label, rs in r["runs"].items()}
+    if not budget or not any(runs.values()):
+        return []
+    marks = [budget * (i + 1) // points for i in range(points)]
+    head = ["configuration, return at agent steps", *(f"{m / 1e6:g}M" if m >= 1e6 else f"{m / 1e3:g}k" for m in marks)]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * points]
+    for label, curves in runs.items():
+        if not curves:
+            continue
+        cells = []
+        for m in marks:
+            values = []
+            for c in curves:
+                before = [v for s, v in zip(c["agent_steps"], c["return_mean"]) if s is not None and s <= m]
+                if before and before[-1] is not None:
+                    values.append(before[-1])
+            cells.append(f"{sum(values) / len(values):.1f}" if values else "—")
+        lines.append("| " + " | ".join([f"`{label}` ({len(curves)} run{'s' if len(curves) > 1 else ''})", *cells]) + " |")
+    return lines + [""]
 
 
 def amdahl_lines(checks: dict) -> list[str]:
