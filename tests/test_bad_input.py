@@ -100,6 +100,10 @@ def _config(t):
 
 # (id, extra args (a function of the case folder), prepare (or None), [message parts], SUB or "")
 CASES = [
+    ("switch-with-value", lambda t: _over(t) + ["--progress", "off"], None,
+     ["bad --progress 'off'", "takes no value", "--no-progress for the opposite"], SUB),
+    ("switch-with-equals", lambda t: _over(t) + ["--no-anneal-lr=true"], None,
+     ["bad --no-anneal-lr 'true'", "write --no-anneal-lr alone (--anneal-lr for the opposite)"], ""),
     ("normalize-sequential", lambda t: _over(t) + ["--normalize-observations", "--loop", "sequential"], None,
      ["bad --normalize-observations with --loop sequential", "supported only by the Anakin loop with a gymnax env"],
      SUB),

@@ -180,6 +180,24 @@ def known_flags(cls=Config) -> set[str]:
     return {_normal(x) for x in flags}
 
 
+# Words a user may write after an on/off flag (``--progress off``); tyro's switches take no value.
+SWITCH_WORDS = {"on", "off", "true", "false", "yes", "no", "0", "1"}
+
+
+def switch_flags(cls=Config) -> set[str]:
+    """The on/off flags of dataclass ``cls`` (a ``bool`` field's ``--name`` and ``--no-name``), as
+    :func:`known_flags` spells them."""
+    hints = typing.get_type_hints(cls)
+    return {_normal(x) for f in dataclasses.fields(cls) if hints[f.name] is bool
+            for x in (flag(f.name), "--no-" + flag(f.name)[2:])}
+
+
+def _switch_error(name: str, value: str, known: set[str]) -> ConfigError:
+    other = "--" + name[5:] if name.startswith("--no-") else "--no-" + name[2:]
+    pair = f" ({other} for the opposite)" if other in known else ""
+    return ConfigError(f"bad {name} {value!r}; {name} is a switch and takes no value: write {name} alone{pair}")
+
+
 def _normal(token: str) -> str:
     """A flag as :func:`known_flags` spells it: the part before ``=``, ``_`` read as ``-`` (``--num_envs=8`` ->
     ``--num-envs``; ``--lambda_`` -> ``--lambda-``)."""
@@ -256,11 +274,17 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
     """
     if HELP_FLAGS & set(argv):
         return
-    known = known_flags(cls)
+    known, switches = known_flags(cls), switch_flags(cls)
     every = f"{prog} {'--help-all' if cls is Config else '--help'} lists every flag"
+    previous = None
     for token in argv:
         if token == "--":  # what follows is values only
             return
+        if previous in switches and token.lower() in SWITCH_WORDS:  # --progress off: tyro's box otherwise
+            raise _switch_error(previous, token, known)
+        previous = _normal(token) if token.startswith("--") else None
+        if previous in switches and "=" in token:  # --progress=off
+            raise _switch_error(previous, token.split("=", 1)[1], known)
         if not token.startswith("-") or _normal(token) in known or _is_number(token):
             continue
         name = token.split("=", 1)[0]
