@@ -48,7 +48,8 @@ PRESETS = {
          "total_steps": 10_000_000, "learning_rate": 6e-4, "entropy_coef": 0.01, "discount": 0.99,
          "max_grad_norm": 40.0},
         "IMPALA's Atari settings (Espeholt et al. 2018, appendix: unroll 20, learning rate 0.0006, entropy "
-        "0.01, discount 0.99, gradient clip 40) with 32 environments; not tuned here"),
+        "0.01, discount 0.99, gradient clip 40) with 32 environments; not tuned here: on Pong-v5 its return was "
+        "still -20.25 after 2M agent steps (seed 0, one run on a 2-core CPU; docs/RESULTS.md, quality_atari_pong)"),
     "mujoco": Preset(
         "envpool MuJoCo (HalfCheetah-v4, Hopper-v4, ...): continuous actions, Gaussian policy, APPO",
         {"env": "envpool:HalfCheetah-v4", "loss": "appo", "num_envs": 32, "rollout_length": 64,
