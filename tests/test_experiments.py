@@ -59,8 +59,10 @@ def _smoke(tmp_path, names: list[str]) -> None:
     peer_runs = json.loads((out / "default_vs_purejaxrl.json").read_text())["runs"]["purejaxrl"]
     assert peer_runs[0]["final_return_mean"] == 500.0 and peer_runs[0]["time_to_target_s"] == peer_runs[0]["process_s"]
     compression = json.loads((out / "compression_cartpole.json").read_text())
-    assert "verdict" in compression and compression["options"]["seeds"] == [1]
-    assert {r["seed"] for rs in compression["runs"].values() for r in rs} == {1}
+    assert "verdict" in compression
+    if "compression_cartpole" in names:  # run with --seeds 1 (above)
+        assert compression["options"]["seeds"] == [1]
+        assert {r["seed"] for rs in compression["runs"].values() for r in rs} == {1}
     assert json.loads((out / "loop_throughput.json").read_text())["rounds"] == 1  # --quick: one round
     swept = json.loads((out / "sweep_learning_rate.json").read_text())["runs"]
     for label, n in (("sweep, 1 process", 1), ("separate, 8 processes", 2)):  # --quick: 2 values x 2 seeds
