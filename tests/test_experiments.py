@@ -181,6 +181,8 @@ def test_a_two_player_benchmarks_verdict_holds_the_final_win_rate_not_the_return
         return kinds.verdict(kinds.summarise(b.kind, runs, kinds.columns(b)), labels, "final_win_rate")
 
     assert verdict([0.7, 0.72, 0.7])["pays"] and not verdict([0.7, 0.6, 0.7])["pays"]
+    assert kinds.quality_metric(b) == "final_win_rate"
+    assert kinds.quality_metric(BY_NAME["compression_cartpole"]) == "final_return_mean"
 
 
 def test_a_target_reached_by_fewer_than_most_runs_counts_as_never_reached():

@@ -171,13 +171,8 @@ def known_flags(cls=Config) -> set[str]:
     """Every flag a command line of dataclass ``cls`` takes (default: training's), hyphenated (``--num-envs``,
     ``--no-anneal-lr``, ``--lambda``, ``--lambda_``, ``--help``); tyro also takes them with ``_`` for ``-``
     (:func:`_normal` maps both to one)."""
-    flags = {*HELP_FLAGS, *(HIDDEN_ALIASES if cls is Config else ())}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        flags.add(flag(f.name))
-        if hints[f.name] is bool:
-            flags.add("--no-" + flag(f.name)[2:])
-    return {_normal(x) for x in flags}
+    flags = {*HELP_FLAGS, *(HIDDEN_ALIASES if cls is Config else ()), *(flag(f.name) for f in dataclasses.fields(cls))}
+    return {_normal(x) for x in flags} | switch_flags(cls)
 
 
 # Words a user may write after an on/off flag (``--progress off``); tyro's switches take no value.

@@ -148,13 +148,14 @@ def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
         student = fields.pop("student_of", None)
         if student:
             fields["hidden_sizes"] = student_widths(fields, student)
-        m = o.get("matches")
-        if not m:
-            return harness.train_in_process(fields, o.get("target"), keep_curve=o.get("curve", False))
-        # a two-player game: each checkpoint's win rate against the MCTS opponent, evaluated after training
-        fields.update(checkpoint_every=m["every"], keep_checkpoints=10_000)
-        return harness.train_in_process(fields, keep_curve=o.get("curve", False), inspect=lambda d: harness.win_rates(
-            d, m["games"], m["opponent_simulations"], o.get("target")))
+        m, inspect = o.get("matches"), None
+        if m:  # a two-player game: each checkpoint's win rate against the MCTS opponent, evaluated after training
+            fields.update(checkpoint_every=m["every"], keep_checkpoints=10_000)
+
+            def inspect(run_dir):
+                return harness.win_rates(run_dir, m["games"], m["opponent_simulations"], o.get("target"))
+        return harness.train_in_process(fields, None if m else o.get("target"), keep_curve=o.get("curve", False),
+                                        inspect=inspect)
 
     return harness.interleave(o["configs"], o["seeds"], rounds, one)
 
@@ -162,6 +163,12 @@ def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
 def compression(b, o: dict, rounds: int, peer: dict | None) -> dict:
     """The (a)/(b)/(c) comparison: :func:`training` of its three configurations (see :func:`verdict`)."""
     return training(b, o, rounds, peer)
+
+
+def quality_metric(b) -> str:
+    """The metric benchmark ``b``'s configurations are held equal on: ``final_win_rate`` for a two-player
+    game's (its options have ``matches``, :func:`training`), else ``final_return_mean``."""
+    return "final_win_rate" if "matches" in b.options else "final_return_mean"
 
 
 def verdict(table: dict, labels: list[str], quality: str = "final_return_mean") -> dict:
@@ -461,6 +468,6 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
-        out["verdict"] = verdict(table, labels, "final_win_rate" if o.get("matches") else "final_return_mean")
+        out["verdict"] = verdict(table, labels, quality_metric(b))
         out["amdahl"] = amdahl(runs, labels)
     return out
