@@ -35,7 +35,7 @@ class Config:
 
     preset: Optional[str] = None
     """Start from named settings for an environment family: 'classic' (gymnax classic control; the
-    defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, Sebulba), 'mujoco' (envpool MuJoCo,
+    defaults), 'minatar' (gymnax MinAtar), 'atari' (envpool Atari, PPO), 'mujoco' (envpool MuJoCo,
     APPO), 'search' (a search agent on CartPole), 'connect4' (Connect Four by self-play); see
     accerl_jax/tools/presets.py for each one's values and where they come from. Other flags override it."""
     config: Optional[str] = None

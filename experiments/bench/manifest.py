@@ -124,8 +124,8 @@ BENCHMARKS = (
     Benchmark(
         "quality_atari_pong", "training",
         "Learning curve (mean return of the last 100 episodes at each logged row, the raw game score) of the atari "
-        "preset on envpool's Pong-v5 to 2M agent steps (8M frames; Sebulba loop, IMPALA's settings, Nature CNN; the "
-        "learner trains on rewards clipped to their sign, envpool's defaults otherwise: no episodic life, no sticky "
+        "preset on envpool's Pong-v5 to 2M agent steps (8M frames; CleanRL's PPO settings in the sequential loop, "
+        "Nature CNN; the learner trains on rewards clipped to their sign, envpool's defaults otherwise: no episodic life, no sticky "
         "actions, up to 30 no-op starts), its final return and wall seconds, beside CleanRL's published "
         "ppo_atari_envpool_xla_jax.py result.",
         "CleanRL ppo_atari_envpool_xla_jax.py: its published curve at the same frames (issue 28)",
