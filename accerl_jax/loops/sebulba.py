@@ -101,7 +101,7 @@ class SebulbaStepper:
         # process-local learner state lives: the update assembles the global batch from each process's
         # rollouts (accerl_jax.run.shards.GlobalUpdate), as in the sequential loop.
         self.processes, self.pid = run.plan.num_processes, run.plan.process_id
-        local = run.mesh if self.processes == 1 else learner_lib.make_mesh(shards.local_devices(run.mesh)[:1])
+        local = run.state_mesh
         self.local_replicated = NamedSharding(local, P())
         self.actor_device = (local.devices.flat[0] if cfg.actor_device == "learner"
                              else jax.local_devices(backend="cpu")[0])

@@ -174,6 +174,9 @@ class Run:
     actor_logits: Callable
     divergence: Callable
     mesh: Any  # the learner's 1-D mesh: all devices of all processes (jax.sharding.Mesh)
+    # Where the process-local learner state lives: ``mesh`` with one process, else this process's first
+    # learner device (a 1-device mesh).
+    state_mesh: Any
     # Where it writes.
     outputs: Outputs
     # Where this session starts.
@@ -395,7 +398,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             compressor=compressor, actor_apply=actor_apply, actor=actor, actor_for=actor_for, optimizer=optimizer,
             update=update, teacher_update=teacher_update, params=params, state=state, k_comp=k_comp,
             k_actor=k_actor, learner_logits=learner_logits, actor_logits=actor_logits, divergence=divergence,
-            mesh=mesh, outputs=Outputs(logdir, saver, lock, monitor, claimed), wall_start=wall_start,
+            mesh=mesh, state_mesh=state_mesh, outputs=Outputs(logdir, saver, lock, monitor, claimed), wall_start=wall_start,
             restored=restored, extra=extra, start_update=extra.get("completed", 0), auto_gate=gate,
             counted_flops=counted_flops,
         )
