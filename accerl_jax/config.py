@@ -17,6 +17,7 @@ AGENTS = ("actor-critic", "search")
 # --network's choices: 'auto' (the observations' default family) or a family (accerl_jax.networks.FAMILIES).
 NETWORKS = ("auto", "mlp", "cnn", "minatar", "impala")
 SEARCH_TARGETS = ("search", "learner")  # --search-target (accerl_jax.search.targets)
+ACTIVATIONS = ("relu", "tanh")  # --activation: the MLP hidden layers' nonlinearity (accerl_jax.networks)
 MINIBATCH_UNITS = ("columns", "transitions")  # --minibatch-unit (accerl_jax.learner.LossConfig)
 # --env pgx:<game>: the pgx games (https://github.com/sotetsuk/pgx) the search agent plays by self-play:
 # two-player, zero-sum, perfect information, deterministic (accerl_jax.envs.pgx_env).
@@ -206,6 +207,10 @@ class Config:
     64 64); cnn, four numbers (three conv channel counts, then the dense size); minatar, two (the conv's
     channels, then the dense size); impala, two or more (each residual stack's channels, then the dense
     size). Unset (empty): the network's own widths (shown as the default)."""
+    activation: str = "relu"
+    """Nonlinearity of the MLP's hidden layers (--network mlp, vector observations' default): 'relu' (default)
+    or 'tanh' (CleanRL's and PureJaxRL's PPO agents, and the mujoco preset: on Hopper-v4 it trained to
+    higher returns; docs/RESULTS.md, "MuJoCo"). Conv networks keep ReLU."""
     discount: float = 0.99
     """Discount γ per agent step."""
     # The flag is --lambda (accerl_jax.tools.cli also accepts the field's own name, --lambda_, without listing it).
@@ -381,6 +386,7 @@ def validate(cfg: Config) -> None:
         ("queue_size", 0 < cfg.queue_size <= 1024, "an integer in [1, 1024]"),
         ("agent", cfg.agent in AGENTS, "'actor-critic' or 'search'"),
         ("minibatch_unit", cfg.minibatch_unit in MINIBATCH_UNITS, "'columns' or 'transitions'"),
+        ("activation", cfg.activation in ACTIVATIONS, " or ".join(repr(a) for a in ACTIVATIONS)),
         ("network", cfg.network in NETWORKS, ", ".join(repr(n) for n in NETWORKS)),
         ("num_simulations", 0 < cfg.num_simulations <= 4096, "an integer in [1, 4096]"),
         ("max_depth", cfg.max_depth is None or 0 < cfg.max_depth <= 4096, "an integer in [1, 4096], or unset"),

@@ -1,6 +1,6 @@
 """Actor-critic networks (flax linen) and the student presets that distillation shrinks them to.
 
-* ``mlp``: MLP torsos (default 256, 256; ReLU) for the policy (logits) and the value,
+* ``mlp``: MLP torsos (default 64, 64; ReLU, or tanh with ``activation="tanh"``) for the policy (logits) and the value,
   for vector observations (gymnax classic control, envpool ``CartPole-v1``).
   On image observations (``--network mlp``) the observation is flattened first (uint8 scaled by 1/255).
 * ``cnn``: the Nature-DQN torso (Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512)
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.config import NETWORKS  # --network's choices (config holds them: it sits below)
+from accerl_jax.config import ACTIVATIONS, NETWORKS  # --activation's and --network's choices (config sits below)
 from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
@@ -71,6 +71,8 @@ class NetworkSpec:
       action_dim: ``D`` > 0 for a continuous action vector (diagonal Gaussian policy, ``mlp`` only);
         0 for discrete actions.
       q_head: add a Q head ``[..., A]`` (discrete only), for the Retrace actor-critic.
+      activation: the ``mlp`` family's hidden nonlinearity, one of :data:`ACTIVATIONS` (``"relu"``,
+        ``"tanh"``); the conv families use ReLU.
     """
 
     family: str
@@ -80,6 +82,7 @@ class NetworkSpec:
     channels_first: bool = False
     action_dim: int = 0
     q_head: bool = False
+    activation: str = "relu"
 
 
 def _scaled(obs):
@@ -98,8 +101,20 @@ def _images(obs, channels_first: bool):
     return x, batch_shape
 
 
-def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
-    """The separate policy and value ReLU torsos (``dense_i`` / ``value_dense_i``) of the MLP networks.
+def _activation(name: str):
+    """The flax function of an :data:`ACTIVATIONS` name.
+
+    Raises:
+      ValueError: for another name.
+    """
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; expected one of {', '.join(ACTIVATIONS)}")
+    return {"relu": nn.relu, "tanh": nn.tanh}[name]
+
+
+def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1, activation: str = "relu"):
+    """The separate policy and value torsos (``dense_i`` / ``value_dense_i``) of the MLP networks, each
+    hidden layer followed by ``activation`` (``"relu"`` or ``"tanh"``).
 
     ``obs_rank`` > 1 (image observations): the last ``obs_rank`` axes are flattened into one, uint8
     scaled by 1/255. Called inside a module's ``nn.compact`` method, so the layers belong to that module.
@@ -110,10 +125,11 @@ def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1):
     else:
         x = obs.astype(jnp.float32)
     init = nn.initializers.orthogonal(np.sqrt(2))
+    act = _activation(activation)
     pi, v = x, x
     for i, w in enumerate(widths):
-        pi = nn.relu(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
-        v = nn.relu(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
+        pi = act(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
+        v = act(nn.Dense(w, kernel_init=init, name=f"value_dense_{i}")(v))
     return pi, v
 
 
@@ -132,10 +148,11 @@ class MLPActorCritic(nn.Module):
     q_head: bool = False  # a Q head on the value torso (Retrace actor-critic)
     return_q: bool = False  # also return Q: (logits, value, q)
     obs_rank: int = 1  # axes of one observation; > 1: flattened (image observations)
+    activation: str = "relu"  # the hidden layers' nonlinearity: "relu" or "tanh"
 
     @nn.compact
     def __call__(self, obs):
-        pi, v = _mlp_torsos(obs, self.widths, self.obs_rank)
+        pi, v = _mlp_torsos(obs, self.widths, self.obs_rank, self.activation)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
         return _with_q(self, logits, value[..., 0], v)
@@ -272,10 +289,11 @@ class MLPGaussianActorCritic(nn.Module):
 
     widths: Sequence[int]
     action_dim: int
+    activation: str = "relu"  # the hidden layers' nonlinearity: "relu" or "tanh"
 
     @nn.compact
     def __call__(self, obs):
-        pi, v = _mlp_torsos(obs, self.widths)
+        pi, v = _mlp_torsos(obs, self.widths, activation=self.activation)
         mean = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head")(pi)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(v)
@@ -437,14 +455,20 @@ def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
     """The flax module for ``spec`` (``return_q``: also return the Q head's output, see :func:`make_apply_with_q`).
 
     Raises:
-      ValueError: for an unknown family, or continuous actions with another family than ``mlp``.
+      ValueError: for an unknown family, continuous actions with another family than ``mlp``, or an
+        ``activation`` other than ReLU on a conv family (or not in :data:`ACTIVATIONS`).
     """
+    _activation(spec.activation)
     if spec.action_dim:
         if spec.family != "mlp":
             raise ValueError(f"continuous actions need the 'mlp' family, not {spec.family!r}")
-        return MLPGaussianActorCritic(spec.widths, spec.action_dim)
+        return MLPGaussianActorCritic(spec.widths, spec.action_dim, spec.activation)
     if spec.family == "mlp":
-        return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q, len(spec.obs_shape))
+        return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q, len(spec.obs_shape),
+                              spec.activation)
+    if spec.activation != "relu":
+        raise ValueError(f"activation {spec.activation!r} applies to the 'mlp' family only; the {spec.family!r} "
+                         "network uses ReLU")
     conv = {"cnn": CNNActorCritic, "minatar": MinAtarActorCritic, "impala": ImpalaActorCritic}.get(spec.family)
     if conv is None:
         raise ValueError(f"unknown network family {spec.family!r}; expected one of {', '.join(FAMILIES)}")

@@ -262,7 +262,7 @@ def test_conformance_atari_cnn(spec):
 
 GRID_FAMILIES = {
     "mlp_q": networks.NetworkSpec("mlp", (8, 8), 3, (4,), q_head=True),
-    "mlp_gaussian": networks.NetworkSpec("mlp", (8, 8), 3, (3,), action_dim=2),
+    "mlp_gaussian": networks.NetworkSpec("mlp", (8, 8), 3, (3,), action_dim=2, activation="tanh"),  # the mujoco preset's
     "cnn_q": networks.NetworkSpec("cnn", (4, 4, 4, 8), 3, (7, 7, 2), q_head=True),
     # --network mlp on images (flattened), the MinAtar net, the IMPALA ResNet (residual streams: pruning keeps
     # one channel set per stream across its writers), channels-first like envpool's frames.

@@ -198,6 +198,61 @@ def test_impala_streams_share_one_channel_set_when_pruned():
         np.testing.assert_array_equal(kept[m], kept[stream.producers[0]])
 
 
+def _torso_by_hand(params, obs, act, prefix="dense"):
+    """The MLP torso of ``params`` on ``obs`` in numpy: each hidden layer ``act(x W + b)``."""
+    x = np.asarray(obs, np.float64)
+    i = 0
+    while f"{prefix}_{i}" in params["params"]:
+        layer = params["params"][f"{prefix}_{i}"]
+        x = act(x @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64))
+        i += 1
+    return x
+
+
+@pytest.mark.parametrize("action_dim", [0, 3])
+@pytest.mark.parametrize("activation, act", [("relu", lambda x: np.maximum(x, 0.0)), ("tanh", np.tanh)])
+def test_mlp_activation_is_the_hidden_layers_nonlinearity(activation, act, action_dim):
+    spec = dataclasses.replace(networks.default_spec((5,), 4, action_dim=action_dim), activation=activation)
+    params = networks.init_params(spec, jax.random.PRNGKey(1))
+    obs = 3.0 * jax.random.normal(jax.random.PRNGKey(2), (7, 5))
+    policy_out, value = networks.make_apply(spec)(params, obs)
+    head, vhead = params["params"]["policy_head"], params["params"]["value_head"]
+    want_pi = _torso_by_hand(params, obs, act) @ np.asarray(head["kernel"], np.float64) + np.asarray(head["bias"])
+    want_v = (_torso_by_hand(params, obs, act, "value_dense") @ np.asarray(vhead["kernel"], np.float64)
+              + np.asarray(vhead["bias"]))[:, 0]
+    np.testing.assert_allclose(np.asarray(policy_out)[:, :want_pi.shape[1]], want_pi, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(value, want_v, rtol=1e-4, atol=1e-5)
+    other = dataclasses.replace(spec, activation="tanh" if activation == "relu" else "relu")
+    assert not np.allclose(networks.make_apply(other)(params, obs)[1], value, atol=1e-3)  # the choice matters
+
+
+def test_activation_survives_students_and_pruning_and_is_refused_on_conv_nets():
+    spec = dataclasses.replace(networks.default_spec((5,), 4), activation="tanh")
+    assert networks.student_spec(spec, "small").activation == "tanh"
+    assert networks.with_widths(spec, (32, 32)).activation == "tanh"
+    # The pruned actor is the narrower tanh network: its outputs are the hand-computed tanh MLP's.
+    params = networks.init_params(spec, jax.random.PRNGKey(1))
+    obs = jax.random.normal(jax.random.PRNGKey(2), (6, 5))
+    pruner = make_compressor("prune:0.5", spec, networks.make_apply(spec))
+    pruned, _ = pruner.init(params, jax.random.PRNGKey(3), obs)
+    assert pruned["params"]["dense_0"]["kernel"].shape == (5, 32)
+    head = pruned["params"]["policy_head"]
+    want = _torso_by_hand(pruned, obs, np.tanh) @ np.asarray(head["kernel"], np.float64) + np.asarray(head["bias"])
+    np.testing.assert_allclose(pruner.actor_apply(networks.make_apply(spec))(pruned, obs)[0], want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="activation 'tanh' applies to the 'mlp' family only"):
+        networks.build(dataclasses.replace(networks.default_spec(GRID, 6, network="cnn"), activation="tanh"))
+    with pytest.raises(ValueError, match="unknown activation 'gelu'; expected one of relu, tanh"):
+        networks.build(dataclasses.replace(spec, activation="gelu"))
+    # A checkpoint from before the flag ran ReLU, the default: it resumes; another activation is a difference.
+    from accerl_jax.run import plan
+
+    saved = plan.config_record(Config(activation="tanh"))
+    assert plan.config_differences(saved, plan.config_record(Config())) == [
+        "--activation 'tanh' (checkpoint) vs 'relu' (now)"]
+    older = {k: v for k, v in plan.config_record(Config()).items() if k != "activation"}
+    assert plan.config_differences(older, plan.config_record(Config())) == []
+
+
 @pytest.mark.parametrize("family", networks.FAMILIES)
 def test_student_is_a_narrower_network_of_the_same_family(family):
     spec = networks.default_spec(GRID, 6, network=family)
@@ -229,6 +284,9 @@ def test_conv_families_refuse_vectors_and_too_small_images():
 
 @pytest.mark.parametrize("argv, needles", [
     (["--network", "resnet"], ["bad --network 'resnet'", "'auto', 'mlp', 'cnn', 'minatar', 'impala'"]),
+    (["--activation", "gelu"], ["bad --activation 'gelu'", "'relu' or 'tanh'"]),
+    (["--env", "gymnax:Breakout-MinAtar", "--activation", "tanh"],
+     ["bad --activation tanh for gymnax:Breakout-MinAtar (the cnn network)", "use ReLU"]),
     (["--network", "cnn"], ["bad --network 'cnn' for gymnax:CartPole-v1", "takes image observations"]),
     (["--network", "impala"], ["bad --network 'impala' for gymnax:CartPole-v1", "takes image observations"]),
     (["--env", "gymnax:Breakout-MinAtar", "--network", "minatar", "--hidden-sizes", "16"],

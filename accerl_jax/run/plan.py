@@ -523,12 +523,13 @@ def check_budget(cfg: Config, completed: int, num_updates: int, steps_per_update
 def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
     """The learner's network for ``env``'s observations and actions: ``--network``'s family
     (:func:`accerl_jax.networks.default_spec`; ``auto``: MLP for vectors, CNN for images; a Q head with
-    ``--corrector retrace``), widths from ``--hidden-sizes`` if given.
+    ``--corrector retrace``), widths from ``--hidden-sizes`` if given, the MLP's ``--activation``.
 
     Raises:
       ConfigError: observations no network family takes, a ``--network`` that does not take ``env``'s
-        observations (a conv net on vectors, images too small) or its actions, or ``--hidden-sizes`` of the
-        wrong length for the family (:func:`accerl_jax.networks.check_widths`).
+        observations (a conv net on vectors, images too small) or its actions, ``--hidden-sizes`` of the
+        wrong length for the family (:func:`accerl_jax.networks.check_widths`), or ``--activation`` other
+        than relu on a conv family.
     """
     try:
         spec = networks.default_spec(env.obs_shape, env.num_actions, env.channels_first,
@@ -546,6 +547,11 @@ def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
                               f"{spec.family} network): expected {networks.WIDTHS_MEANING[spec.family]}, e.g. "
                               f"{' '.join(map(str, spec.widths))}") from None
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
+    if cfg.activation != "relu":
+        if spec.family != "mlp":
+            raise ConfigError(f"bad --activation {cfg.activation} for {cfg.env} (the {spec.family} network): it sets "
+                              "the MLP's hidden layers (--network mlp); the conv networks use ReLU, drop the flag")
+        spec = dataclasses.replace(spec, activation=cfg.activation)
     return spec
 
 

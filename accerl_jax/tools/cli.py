@@ -63,7 +63,7 @@ GROUPS = (
         "preset", "config", "env", "compressor", "corrector", "loss", "total_steps", "num_envs", "rollout_length",
         "seed", "logdir", "loop", "resume", "overwrite")),
     ("learner", "the learner: optimizer, network, losses, off-policy correction", (
-        "learning_rate", "anneal_lr", "network", "hidden_sizes", "reward_clip", "normalize_observations",
+        "learning_rate", "anneal_lr", "network", "hidden_sizes", "activation", "reward_clip", "normalize_observations",
         "normalize_rewards", "discount", "lambda_", "clip_rho_threshold", "clip_pg_rho_threshold", "entropy_coef",
         "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "clip_value", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
