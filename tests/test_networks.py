@@ -243,8 +243,14 @@ def test_activation_survives_students_and_pruning_and_is_refused_on_conv_nets():
         networks.build(dataclasses.replace(networks.default_spec(GRID, 6, network="cnn"), activation="tanh"))
     with pytest.raises(ValueError, match="unknown activation 'gelu'; expected one of relu, tanh"):
         networks.build(dataclasses.replace(spec, activation="gelu"))
-    # A checkpoint from before the flag ran ReLU, the default: it resumes; another activation is a difference.
+    # The flag reaches the run's network; a checkpoint from before the flag ran ReLU, the default: it resumes,
+    # and another activation is a difference.
+    from accerl_jax.envs import make_env
     from accerl_jax.run import plan
+
+    info = make_env("gymnax:CartPole-v1", 1).info
+    assert plan.make_spec(Config(activation="tanh"), info).activation == "tanh"
+    assert plan.make_spec(Config(), info).activation == "relu"
 
     saved = plan.config_record(Config(activation="tanh"))
     assert plan.config_differences(saved, plan.config_record(Config())) == [
