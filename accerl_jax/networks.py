@@ -101,15 +101,20 @@ def _images(obs, channels_first: bool):
     return x, batch_shape
 
 
-def _activation(name: str):
-    """The flax function of an :data:`ACTIVATIONS` name.
+ACTIVATION_FNS = {"relu": nn.relu, "tanh": nn.tanh}  # the flax function of each ACTIVATIONS name
+
+
+def check_activation(family: str, activation: str) -> None:
+    """Check that a ``family`` network takes the hidden nonlinearity ``activation`` (the ``mlp`` family any of
+    :data:`ACTIVATIONS`, the conv families ReLU only).
 
     Raises:
-      ValueError: for another name.
+      ValueError: ``activation`` not in :data:`ACTIVATIONS`, or other than ``"relu"`` on a conv family.
     """
-    if name not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; expected one of {', '.join(ACTIVATIONS)}")
-    return {"relu": nn.relu, "tanh": nn.tanh}[name]
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
+    if activation != "relu" and family != "mlp":
+        raise ValueError(f"activation {activation!r} applies to the 'mlp' family only; the {family!r} network uses ReLU")
 
 
 def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1, activation: str = "relu"):
@@ -125,7 +130,7 @@ def _mlp_torsos(obs, widths: Sequence[int], obs_rank: int = 1, activation: str =
     else:
         x = obs.astype(jnp.float32)
     init = nn.initializers.orthogonal(np.sqrt(2))
-    act = _activation(activation)
+    act = ACTIVATION_FNS[activation]
     pi, v = x, x
     for i, w in enumerate(widths):
         pi = act(nn.Dense(w, kernel_init=init, name=f"dense_{i}")(pi))
@@ -458,7 +463,7 @@ def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
       ValueError: for an unknown family, continuous actions with another family than ``mlp``, or an
         ``activation`` other than ReLU on a conv family (or not in :data:`ACTIVATIONS`).
     """
-    _activation(spec.activation)
+    check_activation(spec.family, spec.activation)
     if spec.action_dim:
         if spec.family != "mlp":
             raise ValueError(f"continuous actions need the 'mlp' family, not {spec.family!r}")
@@ -466,9 +471,6 @@ def build(spec: NetworkSpec, return_q: bool = False) -> nn.Module:
     if spec.family == "mlp":
         return MLPActorCritic(spec.widths, spec.num_actions, spec.q_head, return_q, len(spec.obs_shape),
                               spec.activation)
-    if spec.activation != "relu":
-        raise ValueError(f"activation {spec.activation!r} applies to the 'mlp' family only; the {spec.family!r} "
-                         "network uses ReLU")
     conv = {"cnn": CNNActorCritic, "minatar": MinAtarActorCritic, "impala": ImpalaActorCritic}.get(spec.family)
     if conv is None:
         raise ValueError(f"unknown network family {spec.family!r}; expected one of {', '.join(FAMILIES)}")

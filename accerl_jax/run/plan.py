@@ -547,12 +547,12 @@ def make_spec(cfg: Config, env: EnvInfo) -> networks.NetworkSpec:
                               f"{spec.family} network): expected {networks.WIDTHS_MEANING[spec.family]}, e.g. "
                               f"{' '.join(map(str, spec.widths))}") from None
         spec = dataclasses.replace(spec, widths=tuple(cfg.hidden_sizes))
-    if cfg.activation != "relu":
-        if spec.family != "mlp":
-            raise ConfigError(f"bad --activation {cfg.activation} for {cfg.env} (the {spec.family} network): it sets "
-                              "the MLP's hidden layers (--network mlp); the conv networks use ReLU, drop the flag")
-        spec = dataclasses.replace(spec, activation=cfg.activation)
-    return spec
+    try:
+        networks.check_activation(spec.family, cfg.activation)
+    except ValueError:
+        raise ConfigError(f"bad --activation {cfg.activation} for {cfg.env} (the {spec.family} network): it sets "
+                          "the MLP's hidden layers (--network mlp); the conv networks use ReLU, drop the flag") from None
+    return dataclasses.replace(spec, activation=cfg.activation)
 
 
 def make_plan(cfg: Config, env: EnvInfo, machine: Machine | None = None, folder: Folder | None = None) -> Plan:
