@@ -184,11 +184,12 @@ class Config:
     over devices by Chan et al.'s rule), clipped to [-10, 10], as gym's NormalizeObservation and CleanRL;
     each rollout is normalised with the statistics it started with (the actor and the learner see the same
     inputs), which it then updates. Saved in checkpoints; evaluate and export apply them. The Anakin loop
-    with gymnax envs and the Sebulba loop (whose actors get the statistics with each published policy)."""
+    with gymnax envs, the sequential loop and the Sebulba loop (whose actors get the statistics with each
+    published policy)."""
     normalize_rewards: bool = False
     """Scale the learner's rewards by the running standard deviation of each environment's discounted
     return (reset at every episode end), clipped to [-10, 10], as gym's NormalizeReward and CleanRL; episode
-    returns in the logs stay raw. The Anakin loop with gymnax envs and the Sebulba loop."""
+    returns in the logs stay raw. The Anakin loop with gymnax envs, the sequential and the Sebulba loops."""
     logdir: Optional[str] = None
     """Output folder for summary.json, metrics.csv, metrics.jsonl, curves.png and TensorBoard events (the default
     folder's name has ':' and '+' written as '_')."""

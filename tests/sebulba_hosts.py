@@ -39,7 +39,7 @@ def main(pid: int, port: int, logdir: str) -> None:
                 os.kill(os.getpid(), signal.SIGINT)
 
     def close(self):
-        print(f"NORM {state['session']} {shards.params_digest(self.norm)}", flush=True)
+        print(f"NORM {state['session']} {shards.params_digest(self.norm.state)}", flush=True)
         state["session"] += 1
         return real_close(self)
 

@@ -90,6 +90,31 @@ def test_anakin_computes_the_same_run_as_the_sequential_loop(single, tmp_path):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
 
 
+def test_normalisation_computes_the_same_run_in_both_loops(tmp_path):
+    """--normalize-observations/--normalize-rewards in the sequential loop: the actor acts on observations
+    normalised with the statistics the update starts with, the learner and the student train on the
+    rollout normalised with them, and the statistics then take the raw rollout, as the Anakin program
+    does: the same episodes, the same statistics and (to float32 rounding) the same networks."""
+    norm = dict(normalize_observations=True, normalize_rewards=True, compressor="distill:tiny", distill_steps=2)
+    fused = run_training(tiny(tmp_path / "fused", loop="anakin", **norm))
+    staged = run_training(tiny(tmp_path / "seq", loop="sequential", **norm))
+    assert fused["loop"] == "anakin" and staged["loop"] == "sequential"
+    for key in ("updates", "total_env_steps", "episodes", "final_return_mean", "final_length_mean"):
+        assert fused[key] == staged[key], key
+    a, b = (checkpoint.read_leaves(str(tmp_path / d), UPDATES) for d in ("fused", "seq"))
+    assert list(a) == list(b)
+    assert float(b[".normalizer.obs.count"]) == pytest.approx(UPDATES * 4 * 8, abs=1e-3)  # every step valid
+    assert float(b[".normalizer.reward.m2"]) > 0 and np.any(b[".normalizer.returns"] != 0)
+    assert any(path.startswith(".actor_params") for path in b)
+    for path in a:
+        np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-6, err_msg=path)
+    # Without the statistics in the actor's and the learner's inputs the run differs (the check can fail).
+    run_training(tiny(tmp_path / "plain", loop="sequential", compressor="distill:tiny", distill_steps=2))
+    plain = checkpoint.read_leaves(str(tmp_path / "plain"), UPDATES)
+    path = next(p for p in a if p.startswith(".learner.params"))
+    assert not np.allclose(plain[path], b[path], rtol=1e-4, atol=1e-6)
+
+
 def test_distillation_reuses_the_learners_outputs_alike_in_both_loops(tmp_path):
     """With a distill compressor both loops hand the learner's own outputs at the rollout's observations to
     the student's steps (--distill-reuse-teacher, the default; ``Run.teacher_update``): the same student

@@ -374,7 +374,8 @@ def _cli_args(**overrides) -> list[str]:
     """The CLI flags of the main job with the tiny :data:`MAIN` budget (and ``overrides``)."""
     args = []
     for k, v in dict(MAIN, **overrides).items():
-        args += [f"--no-{k}"] if v is False else [f"--{k.replace('_', '-')}", str(v)]
+        flag = f"--{k.replace('_', '-')}"
+        args += [f"--no-{k}"] if v is False else [flag] if v is True else [flag, str(v)]
     return args
 
 
@@ -530,32 +531,39 @@ def test_two_processes_interrupted_and_resumed_equal_the_uninterrupted_run(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # process 1 left nothing behind
 
 
-def test_two_processes_sequential_loop_equals_one_process(tmp_path):
+@pytest.mark.parametrize("normalised", [False, True], ids=["plain", "normalised"])
+def test_two_processes_sequential_loop_equals_one_process(tmp_path, normalised):
     """The sequential loop on two processes (one device and ``--num-envs 4`` each) equals one process with
     ``--num-envs 8``: the same rollouts (every env keyed by its global index), the same learner, and the
     same distilled student, because every process distils on the observations of the whole global batch,
-    with the learner's own outputs at them as the teacher's (gathered from the global update)."""
+    with the learner's own outputs at them as the teacher's (gathered from the global update). With
+    --normalize-observations/--normalize-rewards the statistics learn from the global batch too, so they
+    equal one process's."""
     from accerl_jax.run import checkpoint
 
+    flags = dict(normalize_observations=True, normalize_rewards=True) if normalised else {}
     one_dir = tmp_path / "one"
-    _main_job(str(one_dir), loop="sequential")
+    _main_job(str(one_dir), loop="sequential", **flags)
     logdir = tmp_path / "run"
     (tmp_path / "out").mkdir()
     port = _free_port()
     envs = [dict(device_env(1), TMPDIR=str(tmp_path)) for _ in range(2)]
-    cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", "sequential",
+    cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4, **flags), "--loop", "sequential",
              "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
              "--process-id", str(pid)] for pid in range(2)]
     outs = _launch(cmds, envs, tmp_path / "out")
     digests = _digests(outs)
     assert digests[0] == digests[1]
     got, want = checkpoint.read_leaves(str(logdir), 6), checkpoint.read_leaves(str(one_dir), 6)
-    compared = 0
+    compared = {".actor_params": 0, ".normalizer": 0}
     for path, x in got.items():  # (the env carry is process-local in this loop: not compared)
-        if path.startswith((".learner.params", ".actor_params", ".compressor")) and np.issubdtype(x.dtype, np.floating):
+        if (path.startswith((".learner.params", ".actor_params", ".compressor", ".normalizer"))
+                and np.issubdtype(x.dtype, np.floating)):
             np.testing.assert_allclose(x, want[path], rtol=RTOL, atol=ATOL, err_msg=path)
-            compared += path.startswith(".actor_params")
-    assert compared > 0  # the student's parameters were compared
+            for part in compared:
+                compared[part] += path.startswith(part)
+    assert compared[".actor_params"] > 0  # the student's parameters were compared
+    assert (compared[".normalizer"] > 0) == normalised and (".normalizer.obs.count" in got) == normalised
 
 
 def test_a_setting_one_process_refuses_stops_all_before_anything_is_written(tmp_path):

@@ -411,10 +411,11 @@ def test_resume_by_folder_alone_keeps_the_runs_log_and_checkpoint_cadence(tmp_pa
     assert steps(run) == [4, 6, 9, 10, 12]
 
 
-def test_stop_and_resume_with_normalisation_equals_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", LOOPS)
+def test_stop_and_resume_with_normalisation_equals_uninterrupted_run(tmp_path, monkeypatch, which):
     # --normalize-observations/--normalize-rewards: the running statistics and the per-env discounted
     # returns are in the checkpoint, so a killed and resumed run is bitwise the uninterrupted one.
-    norm = dict(normalize_observations=True, normalize_rewards=True, checkpoint_every=0)
+    norm = dict(normalize_observations=True, normalize_rewards=True, checkpoint_every=0, loop=which)
     ref = run_training(tiny(tmp_path / "ref", **norm))
     ref_leaves = checkpoint.read_leaves(str(tmp_path / "ref"), UPDATES)
     assert float(ref_leaves[".normalizer.obs.count"]) == pytest.approx(8 * 8 * UPDATES, abs=1e-3)
@@ -422,10 +423,11 @@ def test_stop_and_resume_with_normalisation_equals_uninterrupted_run(tmp_path, m
     logdir = tmp_path / "run"
     hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
     first = run_training(tiny(logdir, **norm))
-    assert first["stopped"] == "interrupted" and steps(logdir) == [4]
+    stop_at = 3 if which == "sequential" else 4  # the Anakin loop stops at the end of the chunk (--log-every 2)
+    assert first["stopped"] == "interrupted" and steps(logdir) == [stop_at]
     monkeypatch.undo()
     summary = run_training(tiny(None, resume=str(logdir), **norm))
-    assert summary["resumed_from_update"] == 4
+    assert summary["resumed_from_update"] == stop_at
     for key in SUMMARY_NUMBERS:
         assert summary[key] == ref[key], key
     assert_same_leaves(checkpoint.read_leaves(str(logdir), UPDATES), ref_leaves)

@@ -369,6 +369,24 @@ def test_normalised_sebulba_run_publishes_statistics_to_actors_and_resumes_them(
     assert count + 0.8 * 4 * 32 <= float(final[".normalizer.obs.count"]) <= 8 * 32
 
 
+def test_normalised_sequential_run_on_host_envs_keeps_statistics_across_resume(tmp_path):
+    """The sequential loop normalises host (envpool) envs too: its checkpoint holds the statistics of every
+    valid step seen, and --resume continues them while the envs, and their discounted returns, restart."""
+    norm = dict(normalize_observations=True, normalize_rewards=True, loop="sequential")
+    logdir = tmp_path / "run"
+    first = run_training(tiny(logdir, updates=4, **norm))
+    assert first["loop"] == "sequential" and first["updates"] == 4
+    saved = checkpoint.read_leaves(str(logdir), 4)
+    count = float(saved[".normalizer.obs.count"])
+    # 4 updates of 4 envs x 8 steps, less envpool's reset steps (not valid, not counted).
+    assert 0.8 * 4 * 32 <= count <= 4 * 32 and float(saved[".normalizer.reward.count"]) == count
+    assert np.all(saved[".normalizer.obs.m2"] > 0) and np.any(saved[".normalizer.returns"] != 0)
+    resumed = run_training(tiny(None, resume=str(logdir), updates=8, **norm))
+    assert resumed["updates"] == 8 and np.isfinite(resumed["final_return_mean"])
+    final = checkpoint.read_leaves(str(logdir), 8)
+    assert count + 0.8 * 4 * 32 <= float(final[".normalizer.obs.count"]) <= 8 * 32
+
+
 # ---------------------------------------------------------------- across processes
 
 def test_two_processes_sebulba_interrupted_resumed_and_finished(tmp_path):

@@ -119,16 +119,10 @@ class SebulbaStepper:
         # --compressor auto's one wiring; its decisions are taken in the compressor thread.
         self.auto = AutoControl(run.compressor) if run.plan.auto else None
         self.workers: list[threading.Thread] = []
-        self.normalizing = cfg.normalize_observations or cfg.normalize_rewards
-        self.norm = None  # the statistics (accerl_jax.normalize.NormState), set by _start
+        self.norm = shared.LearnerNormalizer(run)  # the statistics, set by _start
         # The actors' policy with --normalize-observations: (actor params, observation statistics) pairs.
         self.act = (HostActor(run.env, normalize.normalized_apply(run.actor_apply), cfg.rollout_length,
                               run.plan.spec.family).act if cfg.normalize_observations else run.actor.act)
-        if self.normalizing:
-            self._normalize = jax.jit(normalize.normalize_rollout)
-            self._normalize_obs = jax.jit(normalize.normalize_obs)
-            self._update_norm = jax.jit(lambda n, r: normalize.update_from_rollout(
-                n, r["obs"], r["reward"], r["terminated"] | r["truncated"], r["valid"], cfg.discount))
 
     def _start(self) -> None:
         run = self.run
@@ -147,14 +141,9 @@ class SebulbaStepper:
                 state, lagged, comp_state, base_key = jax.device_put((state, lagged, comp_state, base_key),
                                                                      self.local_replicated)
             actor_params = lagged[-1]
-        if self.normalizing:
-            # The statistics of the global batch (every process's envs), the same on every process.
-            norm = (run.restored.normalizer if run.plan.resume is not None else normalize.init_state(
-                run.info.obs_shape, run.cfg.num_envs * self.processes, run.cfg.normalize_observations,
-                run.cfg.normalize_rewards))
-            if norm.returns is not None:  # host envs restart on --resume: so do their discounted returns
-                norm = norm._replace(returns=jnp.zeros_like(norm.returns))
-            self.norm = jax.device_put(norm, self.local_replicated)
+        # The statistics of the global batch (every process's envs), the same on every process; host envs
+        # restart on --resume, and so do their discounted returns.
+        self.norm.start(restart_returns=True)
         self.state = state
         self.thread_key, self.saved_key = jax.random.split(base_key)
         start = run.start_update
@@ -169,9 +158,8 @@ class SebulbaStepper:
         self.workers.append(thread("accerl-compress", compress, self.failure, self.stopping))
 
     def _to_actor(self, params):
-        if self.run.cfg.normalize_observations:  # the learner's newest statistics go with the policy
-            params = (params, self.norm.obs)
-        return jax.device_put(params, self.actor_device)
+        # With --normalize-observations the learner's newest statistics go with the policy.
+        return jax.device_put(self.norm.actor_params(params), self.actor_device)
 
     def _actor_body(self, index: int) -> Callable[[], None]:
         run, cfg = self.run, self.run.cfg
@@ -192,20 +180,6 @@ class SebulbaStepper:
 
         return body
 
-    def _learner_view(self, rollout):
-        """``(rollout as the learner trains on it, the global batch's observations as the learner sees them
-        [T, B, ...])``: with normalisation, both normalised with the statistics before this update, which
-        are then updated from the global batch's raw rollout. Several processes: the statistics and the
-        compressor learn from the observations of every process (gathered, a collective), so that they
-        stay the same on every process; one process: ``B`` is this rollout's."""
-        fields = ("obs", "reward", "terminated", "truncated", "valid") if self.normalizing else ("obs",)
-        raw = shards.gather_columns({k: getattr(rollout, k) for k in fields})
-        if not self.normalizing:
-            return rollout, raw["obs"]
-        before = self.norm
-        rollout, self.norm = self._normalize(before, rollout), self._update_norm(before, raw)
-        return rollout, rollout.obs if self.processes == 1 else self._normalize_obs(before.obs, raw["obs"])
-
     def _wait_for_compression(self, version: int) -> None:
         """Wait until the compressor has processed ``version``."""
         start = time.perf_counter()
@@ -214,7 +188,7 @@ class SebulbaStepper:
 
     def _snapshot(self) -> checkpoint.TrainState:
         (params, cstate), _ = self.comp_box.item
-        return shared.snapshot(self.run, self.state, (params,), cstate, key=self.saved_key, normalizer=self.norm)
+        return shared.snapshot(self.run, self.state, (params,), cstate, key=self.saved_key, normalizer=self.norm.state)
 
     def _drain(self) -> Events:
         """What the threads measured since the last drain: stage seconds, refreshes, auto decisions."""
@@ -244,7 +218,7 @@ class SebulbaStepper:
                 items = [take(self.rollouts, self.failure, POLL_S) for _ in range(self.threads_n)]
             parts = [item[0] for item in items]
             rollout = parts[0] if self.threads_n == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
-            rollout, learner_obs = self._learner_view(rollout)
+            rollout, learner_obs = self.norm.learner_view(rollout)
             self.rollout = rollout
             for _, _, seconds in items:
                 for stage, sec in seconds.items():

@@ -4,6 +4,12 @@ Anakin loop and the bare program). The actor runs the compressed parameters made
 before the latest; the policy is re-compressed every ``--compress-every`` updates. The non-finite guard is
 fused into the learner update's program (:class:`~accerl_jax.run.guard.UpdateGuard`). It yields one
 :class:`~accerl_jax.run.driver.Step` per update; the :class:`~accerl_jax.run.driver.Driver` does the rest.
+
+``--normalize-observations`` / ``--normalize-rewards`` (:mod:`accerl_jax.normalize`): as in the Anakin
+loop, the actor acts on observations normalised with the statistics the update starts with, the learner
+and the compressor get the rollout normalised with the same statistics, and the statistics then take the
+rollout's raw observations and rewards (:class:`~accerl_jax.loops.shared.LearnerNormalizer`); so the two
+loops compute the same run. Host (envpool) envs restart on ``--resume``, and so do their discounted returns.
 """
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accerl_jax.run import checkpoint, shards
+from accerl_jax import normalize
+from accerl_jax.run import checkpoint
 from accerl_jax.platform.clock import StageClock
 from accerl_jax.run.driver import Bad, Episodes, Events, Final, Refresh, Step
 from accerl_jax.run.guard import UpdateGuard
@@ -40,9 +47,14 @@ class SequentialStepper:
         self.compress = compress
         self.refreshes = 0  # refreshes of the actor's policy in this session
         self.auto = AutoControl(run.compressor) if run.plan.auto else None  # --compressor auto's one wiring
+        self.norm = shared.LearnerNormalizer(run)
+        # With --normalize-observations its policy takes (actor params, observation statistics) pairs.
+        self.actor = (run.actor_with(normalize.normalized_apply(run.actor_apply)) if run.cfg.normalize_observations
+                      else run.actor)
 
     def _start(self):
         run = self.run
+        self.norm.start(restart_returns=not run.info.jittable)
         if run.plan.resume is None:
             carry = run.actor.reset(run.k_actor)
             with self.clock.time("compress"):  # first observations calibrate int8's activation ranges
@@ -53,7 +65,8 @@ class SequentialStepper:
         return state, lagged, comp_state, shared.resumed_carry(run, carry)
 
     def _snapshot(self) -> checkpoint.TrainState:
-        return shared.snapshot(self.run, self.state, self.lagged, self.comp_state, carry=self.carry)
+        return shared.snapshot(self.run, self.state, self.lagged, self.comp_state, carry=self.carry,
+                               normalizer=self.norm.state)
 
     def steps(self, driver):
         run, cfg, clock = self.run, self.run.cfg, self.clock
@@ -70,8 +83,13 @@ class SequentialStepper:
                 return
             refreshes = []
             with clock.time("actor"):
-                self.carry, rollout, actor_times = run.actor.rollout(self.lagged[0], self.carry)
+                self.carry, rollout, actor_times = self.actor.rollout(self.norm.actor_params(self.lagged[0]),
+                                                                      self.carry)
                 jax.block_until_ready(rollout)
+            # obs_global: the global batch's observations [T, B, ...] (several processes: gathered, so that every
+            # process compresses (distils), and --compressor auto warms its candidates, on the same observations
+            # and their actors stay identical); with normalisation both normalised as the learner sees them.
+            rollout, obs_global = self.norm.learner_view(rollout)
             self.rollout = rollout
             for stage in ("env", "inference"):
                 if f"{stage}_time_s" in actor_times:
@@ -83,7 +101,6 @@ class SequentialStepper:
                 self.state, metrics, bad, *outputs = self.guard(self.state, rollout, it, self.lagged[0])
                 jax.block_until_ready(self.state)
             metrics["policy_lag_versions"] = self.lag
-            obs_global = self._global_obs(rollout.obs)
             obs_flat = jnp.reshape(obs_global, (-1,) + tuple(run.info.obs_shape))
             teacher = teacher_kwargs(outputs, obs_flat.shape[0])
             previous = self.actor_params
@@ -110,12 +127,6 @@ class SequentialStepper:
             yield Step(it, 1, [metrics], [Episodes.of_rollout(rollout)], None if bad is not None else self._snapshot(),
                        Bad(bad, it, 0, self.guard.streak) if bad is not None else None,
                        events=Events(clock.drain(), tuple(refreshes), auto.take_decisions() if auto is not None else ()))
-
-    def _global_obs(self, obs) -> jax.Array:
-        """``obs [T, b, ...]``; with several processes gathered into the global batch's ``[T, B, ...]``
-        (process order), so that every process compresses (distils), and ``--compressor auto`` warms its
-        candidates, on the same observations, and their actors stay identical."""
-        return shards.gather_columns(obs)
 
     def row(self, update: int) -> list:
         run = self.run

@@ -189,6 +189,14 @@ class Run:
     auto_gate: dict | None = None
     counted_flops: dict | None = None
 
+    def actor_with(self, apply: Callable):
+        """The stage-by-stage loops' actor (the same envs, groups and placement as :attr:`actor`) running the
+        policy ``apply`` instead (e.g. :func:`accerl_jax.normalize.normalized_apply`'s): ``actor_for``'s
+        for gymnax envs, a :class:`~accerl_jax.actor.HostActor` for envpool's."""
+        if self.actor_for is not None:
+            return self.actor_for(apply)
+        return make_actor(self.env, apply, self.cfg.rollout_length, family=self.plan.spec.family)
+
 
 def setup(cfg: Config, before_write: Callable[[], None] | None = None) -> Run:
     """Plan ``cfg`` on this machine (:func:`plan_run`) and build its :class:`Run` (:func:`build`); a new

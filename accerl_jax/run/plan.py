@@ -329,23 +329,23 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
 
 def check_normalize(cfg: Config, loop: str, jittable: bool) -> None:
     """Refuse ``--normalize-observations`` / ``--normalize-rewards`` where they are not implemented:
-    the Anakin loop with a gymnax env and the Sebulba loop carry the statistics
+    the Anakin loop with a gymnax env, the sequential loop and the Sebulba loop carry the statistics
     (:mod:`accerl_jax.normalize`), with the actor-critic agent and a fixed compressor.
 
     Raises:
-      ConfigError: either flag with the sequential loop, the Anakin loop with an envpool env, ``--agent
-        search`` or ``--compressor auto``.
+      ConfigError: either flag with the Anakin loop and an envpool env, ``--agent search`` or
+        ``--compressor auto``.
     """
     flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
                              ("--normalize-rewards", cfg.normalize_rewards)) if on]
     if not flags:
         return
-    why = (f"--loop {loop}" if loop not in ("anakin", "sebulba") else f"--loop anakin and --env {cfg.env}"
-           if loop == "anakin" and not jittable
+    why = (f"--loop anakin and --env {cfg.env}" if loop == "anakin" and not jittable
            else "--agent search" if cfg.agent == "search" else "--compressor auto" if cfg.compressor == "auto" else None)
     if why is not None:
-        raise ConfigError(f"bad {flags[0]} with {why}: normalisation is supported only by the Anakin loop with a "
-                          "gymnax env and the Sebulba loop, with the actor-critic agent and a fixed --compressor")
+        raise ConfigError(f"bad {flags[0]} with {why}: normalisation is supported by the Anakin loop with a gymnax "
+                          "env and by the sequential and Sebulba loops, with the actor-critic agent and a fixed "
+                          "--compressor")
 
 
 def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
