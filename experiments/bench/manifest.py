@@ -112,7 +112,8 @@ BENCHMARKS = (
     Benchmark(
         "quality_mujoco", "training",
         "Final return (mean of the last 100 episodes) of the mujoco preset at 1M agent steps on envpool's "
-        "HalfCheetah-v4, Hopper-v4 and Walker2d-v4 (Sebulba loop), and its wall seconds, beside "
+        "HalfCheetah-v4, Hopper-v4 and Walker2d-v4 (the sequential loop, on-policy as CleanRL's: the runs repeat "
+        "exactly), and its wall seconds, beside "
         "CleanRL's published ppo_continuous_action.py numbers at the same steps.",
         "CleanRL ppo_continuous_action.py: final return at least its published mean, in less wall time than its "
         "script takes on this machine",
