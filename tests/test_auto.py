@@ -364,6 +364,60 @@ def test_gate_turns_compression_on_for_a_search_run(tmp_path, monkeypatch, capsy
     assert f"auto chose {fastest} for the search actor" in capsys.readouterr().out
 
 
+def test_a_run_the_gate_resolved_resumes_with_its_decision(tmp_path, monkeypatch, capsys):
+    """A --compressor auto run whose gate picked a compressor records the decision in its checkpoints: a
+    --resume keeps it (nothing is timed again: a new timing could pick another candidate, whose actor would
+    not fit the checkpoint) and continues as the uninterrupted run; evaluate rebuilds that actor."""
+    from accerl_jax.run import auto_gate
+    from accerl_jax.tools import trained
+
+    monkeypatch.setattr(speed, "forward_timer", bytes_timer)
+    # A constant learning rate: the resume extends the budget, which would change an annealed schedule.
+    flags = dict(agent="search", num_simulations=4, compressor="auto", num_envs=8, rollout_length=8, log_every=1,
+                 checkpoint_every=0, progress=False, anneal_lr=False)
+    straight = run_training(Config(total_steps=8 * 8 * 4, logdir=str(tmp_path / "straight"), **flags))
+    logdir = tmp_path / "run"
+    first = run_training(Config(total_steps=8 * 8 * 2, logdir=str(logdir), **flags))
+    assert first["updates"] == 2 and first["auto_gate"]["outcome"] == "pick"
+    saved = checkpoint.find_checkpoint(str(logdir), "--resume").meta["extra"]["auto_gate"]
+    assert saved["resolved"] == first["compressor"] == straight["compressor"] != "none"
+    capsys.readouterr()
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a resumed run timed the candidates again")
+
+    monkeypatch.setattr(auto_gate, "pick_fastest", no_timing)
+    resumed = run_training(Config(total_steps=8 * 8 * 4, resume=str(logdir), logdir=None, **flags))
+    assert resumed["resumed_from_update"] == 2 and resumed["compressor"] == first["compressor"]
+    gate = resumed["auto_gate"]
+    assert gate["resumed"] is True and gate["resolved"] == saved["resolved"] and gate["forward_s"] == saved["forward_s"]
+    assert gate["reason"].endswith("(kept on --resume)") and gate["reason"] in capsys.readouterr().out
+    for key in ("learner_params_digest", "actor_params_digest", "final_return_mean", "episodes"):
+        assert resumed[key] == straight[key], key
+    actor = trained.load(str(logdir), policy="actor")
+    assert actor.cfg.compressor == first["compressor"]
+
+
+def test_a_run_that_ran_autos_candidates_refuses_resume(tmp_path):
+    """With the gate off (or not applicable) auto runs its candidates, whose actor parameters change
+    structure with each decision: --resume of such a run is refused in one line, and nothing is written."""
+    from accerl_jax.config import ConfigError
+
+    logdir = tmp_path / "run"
+    flags = dict(compressor="auto", auto_min_actor_share=0.0, auto_candidates="none", num_envs=8, rollout_length=8,
+                 log_every=1, checkpoint_every=0, progress=False)
+    summary = run_training(Config(total_steps=8 * 8 * 2, logdir=str(logdir), **flags))
+    assert summary["auto_gate"]["outcome"] == "auto" and summary["auto_gate"]["resolved"] is None
+    before = sorted(p.name for p in logdir.rglob("*"))
+    with pytest.raises(ConfigError, match="with --compressor auto: that run ran auto's candidates"):
+        run_training(Config(total_steps=8 * 8 * 4, resume=str(logdir), logdir=None, **flags))
+    assert sorted(p.name for p in logdir.rglob("*")) == before
+    from accerl_jax.tools import trained
+
+    with pytest.raises(ConfigError, match="this --compressor auto run ran auto's candidates"):
+        trained.load(str(logdir), policy="actor")
+
+
 def test_gate_rules_and_the_search_pick_margin():
     """The gate's decision at, under and without a counted ceiling, and the search pick: a compressed
     candidate only where it beats the uncompressed forward by MIN_SPEEDUP (else timing noise decides)."""

@@ -104,8 +104,8 @@ REFUSALS = [
      ["bad --corrector retrace for gymnax:Pendulum-v1", "continuous actions"]),
     # The loop.
     ("loop-unknown", dict(loop="podracer"), {}, None, ["bad --loop 'podracer'", "expected one of"]),
-    ("auto-resume", dict(compressor="auto", resume="runs/old"), {}, None,
-     ["bad --resume 'runs/old' with --compressor auto", "not supported"]),
+    ("auto-resume", dict(compressor="auto", resume="runs/old"), {}, _resumed(),
+     ["bad --resume 'runs/old' with --compressor auto: that run ran auto's candidates", "auto_gate.resolved"]),
     ("auto-distill-async", dict(compressor="auto", distill_async=True), {}, None,
      ["bad --distill-async with --compressor auto"]),
     ("num-seeds-outside-anakin", dict(loop="sequential", num_seeds=2), {}, None,

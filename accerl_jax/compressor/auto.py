@@ -45,8 +45,10 @@ policy; one compiled chunk program per candidate, :meth:`AutoCompressor.candidat
 Actor parameters are ``{candidate key: that candidate's actor params}`` with a single entry, so switching
 changes the pytree's structure; :meth:`AutoCompressor.actor_apply` dispatches on that key at trace time,
 and jitted actors compile once per candidate they meet. Keys are the candidate specs with ``:`` and
-``+`` written as ``_`` and ``-`` (checkpoint-safe names). ``--resume`` of an auto run is refused (the
-structure of the saved actor parameters depends on the decisions taken; :func:`accerl_jax.run.plan.check_config`).
+``+`` written as ``_`` and ``-`` (checkpoint-safe names). ``--resume`` of a run that ran these candidates
+is refused (the structure of the saved actor parameters depends on the decisions taken;
+:func:`accerl_jax.run.plan.make_plan`); one whose cost-split gate resolved auto to one compressor before
+training (:mod:`accerl_jax.run.auto_gate`) resumes as that compressor's run.
 
 ``init`` and the candidates' ``compress`` are pure (each candidate's init key is kept in the
 :class:`AutoState`); the host-side decisions read device values. With several processes, every

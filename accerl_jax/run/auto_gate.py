@@ -15,6 +15,10 @@ and compares the ceiling = actor / (actor + learner) with ``--auto-min-actor-sha
   (:meth:`AutoCompressor.forward_seconds <accerl_jax.compressor.auto.AutoCompressor.forward_seconds>`),
   with no KL check (the learner is untrained then; the summary's search fidelity reports the divergence).
 
+A run the gate resolved is that compressor's run; its checkpoints record the gate's decision, and a
+``--resume`` keeps it without counting or timing again (:func:`accerl_jax.run.build.gate_auto`), so a
+search run's timed pick cannot change under it.
+
 Where the FLOPs cannot be counted (envpool host actors, several processes) the gate is not applied and
 ``auto`` runs as before; the gate's record says why. ``--auto-min-actor-share 0`` turns the gate off.
 

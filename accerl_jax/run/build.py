@@ -437,13 +437,19 @@ def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable 
     processes) or ``--auto-min-actor-share`` is 0; then resolve ``auto``: to ``none`` below the threshold,
     for a search run to the fastest candidate (timed on ``compressor``, the run's AutoCompressor), else
     keep it. A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the
-    compressor replaced); the configuration recorded in its checkpoints stays the one asked for.
+    compressor replaced); the configuration recorded in its checkpoints stays the one asked for, and its
+    checkpoints record the gate's, which a ``--resume`` takes instead of deciding again (nothing counted or
+    timed; the record gains ``resumed: True``; the plan refused resuming a run whose gate kept auto).
 
     Returns:
       ``(cfg, plan, compressor, gate record, counted FLOPs)``: the record is
       :func:`accerl_jax.run.auto_gate.record`'s; the FLOPs (``amdahl`` dict) only where auto resolved to
       none (then they are that run's cost split), else None.
     """
+    if plan.resume is not None:  # the decision of the run's start (accerl_jax.run.plan.saved_resolution)
+        saved = dict(plan.resume.meta["extra"]["auto_gate"], resumed=True)
+        saved["reason"] = saved["reason"].removesuffix(" (kept on --resume)") + " (kept on --resume)"
+        return (*_resolve(cfg, plan, learner_apply, info, saved["resolved"], saved), None)
     min_share = cfg.auto_min_actor_share
     why_not = auto_gate.not_countable(actor_for is not None, plan.num_processes)
     flops = None
@@ -460,13 +466,19 @@ def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable 
         chosen, seconds, base = auto_gate.pick_fastest(compressor, params, plan.spec.obs_shape, info.obs_dtype,
                                                        info.num_envs, compressor.speed_forwards)
         timed = dict(forward_s=seconds, base_forward_s=base, batch=info.num_envs)
+    gate = auto_gate.record(min_share, flops, outcome, why_not=why_not, chosen=chosen, **timed)
+    return (*_resolve(cfg, plan, learner_apply, info, chosen, gate), flops if outcome == "none" else None)
+
+
+def _resolve(cfg: Config, plan: plan_lib.Plan, learner_apply: Callable, info, chosen: str, gate: dict) -> tuple:
+    """``(cfg, plan, compressor, gate)`` of the run as ``--compressor chosen`` (``gate``'s reason printed
+    by process 0)."""
     cfg = dataclasses.replace(cfg, compressor=chosen)
     resolved = make_run_compressor(cfg, plan.spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
     plan = dataclasses.replace(plan, auto=False, takes_teacher=resolved.takes_teacher)
-    gate = auto_gate.record(min_share, flops, outcome, why_not=why_not, chosen=chosen, **timed)
     if plan.process_id == 0:
         print(gate["reason"], flush=True)
-    return cfg, plan, resolved, gate, flops if outcome == "none" else None
+    return cfg, plan, resolved, gate
 
 
 def tensorboard_purge_step(monitor_state: dict | None) -> int | None:

@@ -319,6 +319,7 @@ class Driver:
                 "completed": step, "monitor": run.outputs.monitor.state_dict(),
                 "seed_monitors": [m.state_dict() for m in self.monitors] if len(self.monitors) > 1 else [],
                 "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.plan.num_processes,
+                "auto_gate": run.auto_gate,  # --compressor auto: what it resolved to, kept by a --resume
                 **self.stepper.extra(),
             })
         finally:

@@ -190,10 +190,6 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
     if cfg.loop not in LOOPS:
         raise ConfigError(f"bad --loop {cfg.loop!r}; expected one of {', '.join(LOOPS)}")
     if cfg.compressor == "auto":
-        if cfg.resume is not None:
-            raise ConfigError(f"bad --resume {cfg.resume!r} with --compressor auto: resuming an auto run is not "
-                              "supported (its actor parameters change structure with each decision); start a new "
-                              "run, or resume a run with a fixed --compressor")
         if cfg.distill_async:
             raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
                               "itself, synchronously; drop the flag")
@@ -606,11 +602,25 @@ def make_plan(cfg: Config, env: EnvInfo, machine: Machine | None = None, folder:
     resume = folder.resume if folder is not None else None
     if resume is not None:
         check_budget(cfg, resume.meta["extra"]["completed"], num_updates, steps_per_update)
+        if cfg.compressor == "auto" and saved_resolution(resume.meta) is None:
+            raise ConfigError(f"bad --resume {cfg.resume!r} with --compressor auto: that run ran auto's candidates "
+                              "(its cost-split gate did not resolve auto to one compressor), whose actor parameters "
+                              "change structure with each decision, so it cannot be resumed; start a new run, or "
+                              "resume a run whose gate resolved auto (its summary's auto_gate.resolved) or with a "
+                              "fixed --compressor")
     takes_teacher = check_compressors(cfg, spec, env.obs_dtype)
     return Plan(loop=loop, loss=make_loss_config(cfg), spec=spec, auto=cfg.compressor == "auto",
                 num_processes=n_proc, process_id=machine.process_id, local_devices=n_dev, first_learner_device=first,
                 steps_per_update=steps_per_update, num_updates=num_updates, takes_teacher=takes_teacher,
                 logdir=folder.logdir if folder is not None else None, resume=resume)
+
+
+def saved_resolution(meta: dict) -> str | None:
+    """The compressor that a ``--compressor auto`` run's cost-split gate resolved it to
+    (:mod:`accerl_jax.run.auto_gate`; ``none``, or a search run's pick), read from a checkpoint's metadata
+    (``meta["extra"]["auto_gate"]["resolved"]``): a resumed run keeps it rather than deciding again (a pick
+    is timed, and could differ). None where the run ran auto's candidates, or for a fixed compressor."""
+    return (meta.get("extra", {}).get("auto_gate") or {}).get("resolved")
 
 
 def make_checked_compressor(name: str, spec: networks.NetworkSpec, learner_apply, obs_dtype: str = "float32",

@@ -96,7 +96,8 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     Raises:
       ConfigError: one line naming the bad value: not a run folder, no finished or a damaged checkpoint,
         an env that cannot be built here, a checkpoint that does not fit its configuration's networks,
-        ``--policy actor`` for a ``--compressor auto`` run, a bad ``policy`` or ``seed_index``.
+        ``--policy actor`` for a ``--compressor auto`` run whose cost-split gate kept auto (one it resolved
+        to a compressor is that compressor's run), a bad ``policy`` or ``seed_index``.
     """
     if policy not in POLICIES:
         raise ConfigError(f"bad --policy {policy!r}; expected one of {', '.join(POLICIES)}")
@@ -112,9 +113,13 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     if not 0 <= seed_index < n_runs:
         what = f"{n_runs} runs (--sweep)" if cfg.sweep else f"{n_runs} seed(s)"
         raise ConfigError(f"bad --seed-index {seed_index}: the run trained {what}; expected 0 to {n_runs - 1}")
+    if cfg.compressor == "auto" and plan_lib.saved_resolution(point.meta) is not None:
+        # Its cost-split gate resolved auto to one compressor for the whole run: the actor is that one's.
+        cfg = dataclasses.replace(cfg, compressor=plan_lib.saved_resolution(point.meta))
     if policy == "actor" and cfg.compressor == "auto":
-        raise ConfigError(f"bad --policy actor (the default) for {run_dir!r}: a --compressor auto run's actor changes network "
-                          "with each decision and is not rebuilt from its checkpoint; use --policy learner")
+        raise ConfigError(f"bad --policy actor (the default) for {run_dir!r}: this --compressor auto run ran auto's "
+                          "candidates, whose actor changes network with each decision and is not rebuilt from its "
+                          "checkpoint; use --policy learner")
     num_envs = num_envs or cfg.num_envs
     try:
         env_seed = eval_envpool_seed(seed, num_envs)
