@@ -64,8 +64,12 @@ def test_auto_loop_on_several_processes():
     (dict(num_seeds=2, env="envpool:CartPole-v1"), "bad --num-seeds 2 with --loop auto"),
     (dict(loop="anakin", compress_every=0), "bad --compress-every 0"),
     (dict(loop="anakin", num_seeds=0), "bad --num-seeds 0"),
-    (dict(loop="anakin", compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
-    (dict(compressor="auto", num_seeds=2), "bad --num-seeds 2 with --compressor auto: each seed"),
+    (dict(loop="anakin", compressor="auto", num_seeds=2, auto_min_actor_share=0.0),
+     r"bad --num-seeds 2 with --compressor auto \(--auto-min-actor-share 0\): each seed"),
+    # The gate counts (the actor is ~2% of an update) and keeps auto's candidates under a 1% threshold:
+    # refused after the count, before anything is written.
+    (dict(compressor="auto", num_seeds=2, auto_min_actor_share=0.01),
+     r"bad --num-seeds 2 with --compressor auto \(its cost-split gate kept auto's candidates: the actor is "),
 ])
 def test_anakin_refuses_what_it_cannot_run(tmp_path, flags, message):
     with pytest.raises(ConfigError, match=message):

@@ -348,6 +348,19 @@ def test_gate_keeps_none_on_the_default_job(tmp_path, capsys):
     assert kept["config"]["compressor"] == "none" and "auto_gate" not in none
 
 
+@pytest.mark.parametrize("flags", [dict(num_seeds=2), dict(normalize_observations=True, normalize_rewards=True)],
+                         ids=["seeds", "normalised"])
+def test_gate_resolved_runs_take_what_autos_candidates_cannot(tmp_path, flags):
+    """Several seeds in one vmapped program, and normalisation, are refused to a run of auto's candidates;
+    a run the gate resolves to none before training is the --compressor none run, so it takes them."""
+    budget = dict(total_steps=16 * 16 * 3, log_every=1, checkpoint_every=0, progress=False, **flags)
+    kept = run_training(Config(compressor="auto", logdir=str(tmp_path / "auto"), **budget))
+    none = run_training(Config(compressor="none", logdir=str(tmp_path / "none"), **budget))
+    assert kept["auto_gate"]["resolved"] == "none" and kept["compressor"] == "none"
+    for key in ("learner_params_digest", "actor_params_digest", "final_return_mean", "episodes"):
+        assert kept[key] == none[key], key
+
+
 def test_gate_turns_compression_on_for_a_search_run(tmp_path, monkeypatch, capsys):
     """A search run's actor evaluates the network S + 1 times per step: its share passes the gate, and auto
     picks the candidate with the fastest forward (ranked here by parameter bytes, deterministically)

@@ -45,7 +45,8 @@ FLOPS_SOURCE = ("XLA's cost analysis of the uncompressed actor's rollout and of 
                 "alone at the run's shapes before training (accerl_jax.platform.cost.flops; nothing compiled)")
 
 
-def _pct(x: float) -> str:
+def percent(x: float) -> str:
+    """``x`` (a share, 0-1) as a percentage for messages: one decimal below 10%, whole percents above."""
     return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
 
 
@@ -100,7 +101,7 @@ def record(min_share: float, flops: dict | None, outcome: str, *, why_not: str |
                    f"without its cost-split gate, which could not count this run's FLOPs: {why_not}")
     else:
         side = "below" if ceiling < min_share else "at least"
-        counted = (f"the actor is {_pct(ceiling)} of an update by FLOPs, {side} the {_pct(min_share)} "
+        counted = (f"the actor is {percent(ceiling)} of an update by FLOPs, {side} the {percent(min_share)} "
                    "where compression can pay")
     if outcome == "none":
         reason = f"auto kept none: {counted}"

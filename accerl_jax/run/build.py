@@ -265,8 +265,10 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
     ``plan`` are then those of that compressor (``auto_gate`` records why).
 
     Raises:
-      ConfigError: the run folder claimed or locked by another process meanwhile, or a ``--resume``
-        checkpoint damaged or not fitting the networks (found when it is read).
+      ConfigError: the run folder claimed or locked by another process meanwhile, a ``--resume``
+        checkpoint damaged or not fitting the networks (found when it is read), or (before anything is
+        written) a ``--compressor auto`` run whose gate keeps auto's candidates with what they cannot run
+        (:func:`accerl_jax.run.plan.refuse_running_candidates`).
     """
     n_proc, pid = plan.num_processes, plan.process_id
     wall_start = time.perf_counter() if wall_start is None else wall_start
@@ -282,6 +284,49 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         changes = plan_lib.resume_changes(resume_point.meta["config"], config_json)
         if changes:  # one line: what this session changed of the run's own settings
             print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
+    # The pieces, and --compressor auto's gate, before anything is written: the gate may refuse what a run
+    # of auto's candidates cannot do (accerl_jax.run.plan.refuse_running_candidates).
+    k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
+    # here it needs only the shapes (a --resume checkpoint's template), which compile nothing.
+    shapes_only = plan.loop == "anakin"
+    init_params = functools.partial(networks.init_params, spec)
+    params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
+    # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
+    optimizer_steps = num_updates * loss_cfg.optimizer_steps
+    # Settings, not a transformation: the update builds Adam from its traced learning rate and clip
+    # (learner.make_update's hyper), so another value reuses the compiled programs.
+    optimizer = learner_lib.AdamConfig(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
+    # The learner's mesh: all devices of all processes, process after process, but each process's cpu:0
+    # with --actor-device cpu-apart on XLA:CPU, where its actor runs.
+    mesh = learner_lib.make_mesh(learner_devices(plan.first_learner_device))
+    # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
+    # sequential and Sebulba loops keep process-local state and their update assembles the global batch.
+    global_state = n_proc == 1 or plan.loop == "anakin"
+    state_mesh = learner_lib.make_mesh(local_devices(mesh)[:1]) if n_proc > 1 else mesh
+    make_learner = functools.partial(
+        learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh)
+    learner = make_learner()
+    update = learner.update
+    init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
+    state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
+    actor_for = None
+    if info.jittable:
+        # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
+        # number of devices and processes. A global state places all groups over the mesh; the sequential
+        # loop of several processes steps this process's own groups on its first device.
+        groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
+        make = make_actor
+        if cfg.agent == "search":  # each step a search with the actor's network (the plan checked the env)
+            from accerl_jax.search.acting import SearchSettings, make_search_actor
+
+            make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
+        actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
+                                      family=spec.family, groups=groups, mesh=mesh if global_state else None)
+    gate = counted_flops = None
+    if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate) may resolve it
+        cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, actor_for, update, params,
+                                                               state, k_actor, learner_apply, info)
     if before_write is not None:
         before_write()
     claimed = False  # a new run's folder claimed here
@@ -298,47 +343,6 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         claimed = True
 
     try:
-        k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
-        # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
-        # here it needs only the shapes (a --resume checkpoint's template), which compile nothing.
-        shapes_only = plan.loop == "anakin"
-        init_params = functools.partial(networks.init_params, spec)
-        params = jax.eval_shape(init_params, k_net) if shapes_only else init_params(k_net)
-        # The learning rate anneals over optimizer steps (APPO takes epochs x minibatches per rollout).
-        optimizer_steps = num_updates * loss_cfg.optimizer_steps
-        # Settings, not a transformation: the update builds Adam from its traced learning rate and clip
-        # (learner.make_update's hyper), so another value reuses the compiled programs.
-        optimizer = learner_lib.AdamConfig(cfg.learning_rate, cfg.max_grad_norm, optimizer_steps, anneal=cfg.anneal_lr)
-        # The learner's mesh: all devices of all processes, process after process, but each process's cpu:0
-        # with --actor-device cpu-apart on XLA:CPU, where its actor runs.
-        mesh = learner_lib.make_mesh(learner_devices(plan.first_learner_device))
-        # With several processes, the Anakin program runs on global arrays (its state spans the mesh); the
-        # sequential and Sebulba loops keep process-local state and their update assembles the global batch.
-        global_state = n_proc == 1 or plan.loop == "anakin"
-        state_mesh = learner_lib.make_mesh(local_devices(mesh)[:1]) if n_proc > 1 else mesh
-        make_learner = functools.partial(
-            learner_lib.make_learner, loss_apply, optimizer, loss_cfg, mesh, family=spec.family, state_mesh=state_mesh)
-        learner = make_learner()
-        update = learner.update
-        init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
-        state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
-        actor_for = None
-        if info.jittable:
-            # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
-            # number of devices and processes. A global state places all groups over the mesh; the sequential
-            # loop of several processes steps this process's own groups on its first device.
-            groups = list(range(info.num_envs * n_proc)) if global_state else env_group_ids(mesh, info.num_envs)
-            make = make_actor
-            if cfg.agent == "search":  # each step a search with the actor's network (the plan checked the env)
-                from accerl_jax.search.acting import SearchSettings, make_search_actor
-
-                make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
-            actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
-                                          family=spec.family, groups=groups, mesh=mesh if global_state else None)
-        gate = counted_flops = None
-        if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate) may resolve it
-            cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, actor_for, update, params,
-                                                                   state, k_actor, learner_apply, info)
         reuse = plan.takes_teacher and cfg.distill_reuse_teacher
         teacher_update = make_learner(outputs=True).update if reuse else None
         if n_proc > 1:
@@ -436,7 +440,8 @@ def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable 
     ``k_actor``; nothing compiled) unless they cannot be counted (``actor_for`` None: host envs; several
     processes) or ``--auto-min-actor-share`` is 0; then resolve ``auto``: to ``none`` below the threshold,
     for a search run to the fastest candidate (timed on ``compressor``, the run's AutoCompressor), else
-    keep it. A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the
+    keep it, refusing what a run of the candidates cannot do (:func:`accerl_jax.run.plan.refuse_running_candidates`:
+    several seeds or sweep values, normalisation; ConfigError, before anything is written). A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the
     compressor replaced); the configuration recorded in its checkpoints stays the one asked for, and its
     checkpoints record the gate's, which a ``--resume`` takes instead of deciding again (nothing counted or
     timed; the record gains ``resumed: True``; the plan refused resuming a run whose gate kept auto).
@@ -459,6 +464,9 @@ def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable 
         flops = auto_gate.count_ceiling(uncompressed.rollout_fn, update, params, state, carry)
     outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
     if outcome == "auto":
+        if flops is not None:  # where the gate could not resolve auto, the plan refused these already
+            plan_lib.refuse_running_candidates(cfg, f"its cost-split gate kept auto's candidates: the actor is "
+                                                    f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs")
         return cfg, plan, compressor, auto_gate.record(min_share, flops, outcome, why_not=why_not), None
     timed: dict = {}
     chosen = "none"

@@ -315,6 +315,9 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
     check_normalize(cfg, loop, jittable)
+    if cfg.compressor == "auto" and not gate_may_resolve(cfg, jittable, num_processes):
+        refuse_running_candidates(cfg, "--auto-min-actor-share 0" if cfg.auto_min_actor_share <= 0 else
+                                  "its cost-split gate cannot count this run's FLOPs")
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
@@ -323,25 +326,57 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     return loop
 
 
+def gate_may_resolve(cfg: Config, jittable: bool, num_processes: int) -> bool:
+    """Whether ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`) can resolve auto to
+    one compressor before training: it is on (``--auto-min-actor-share`` > 0) and can count the run's
+    FLOPs (a gymnax env, one process). Where it can, what only auto's candidates cannot run (several
+    seeds or sweep values in one program, normalisation) is refused after the count, if the gate keeps
+    auto (:func:`refuse_running_candidates`); where it cannot, here."""
+    return cfg.auto_min_actor_share > 0 and jittable and num_processes == 1
+
+
+def refuse_running_candidates(cfg: Config, why: str) -> None:
+    """Refuse what a run of auto's candidates (:class:`~accerl_jax.compressor.auto.AutoCompressor`) cannot
+    do: each seed or sweep value of one vmapped program would take its own compression decisions, and
+    the candidates do not carry normalisation statistics. ``why``: why the run runs the candidates.
+
+    Raises:
+      ConfigError: ``--num-seeds`` > 1, ``--sweep``, ``--normalize-observations`` or ``--normalize-rewards``.
+    """
+    if cfg.num_seeds > 1:
+        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto ({why}): each seed takes its own "
+                          "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
+                          "one at a time (--num-seeds 1) or use a fixed --compressor")
+    if cfg.sweep:
+        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --compressor auto ({why}): each run takes its "
+                          "own compression decisions, so the runs cannot share one vmapped program; use a fixed "
+                          "--compressor")
+    flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
+                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
+    if flags:
+        raise ConfigError(f"bad {flags[0]} with --compressor auto ({why}): auto's candidates do not carry "
+                          "normalisation statistics; use a fixed --compressor")
+
+
 def check_normalize(cfg: Config, loop: str, jittable: bool) -> None:
     """Refuse ``--normalize-observations`` / ``--normalize-rewards`` where they are not implemented:
     the Anakin loop with a gymnax env, the sequential loop and the Sebulba loop carry the statistics
-    (:mod:`accerl_jax.normalize`), with the actor-critic agent and a fixed compressor.
+    (:mod:`accerl_jax.normalize`), with the actor-critic agent (and, for ``--compressor auto``, a run its
+    gate resolves to one compressor: :func:`refuse_running_candidates`).
 
     Raises:
-      ConfigError: either flag with the Anakin loop and an envpool env, ``--agent search`` or
-        ``--compressor auto``.
+      ConfigError: either flag with the Anakin loop and an envpool env or ``--agent search``
+        (``--compressor auto``: :func:`refuse_running_candidates`).
     """
     flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
                              ("--normalize-rewards", cfg.normalize_rewards)) if on]
     if not flags:
         return
     why = (f"--loop anakin and --env {cfg.env}" if loop == "anakin" and not jittable
-           else "--agent search" if cfg.agent == "search" else "--compressor auto" if cfg.compressor == "auto" else None)
+           else "--agent search" if cfg.agent == "search" else None)
     if why is not None:
         raise ConfigError(f"bad {flags[0]} with {why}: normalisation is supported by the Anakin loop with a gymnax "
-                          "env and by the sequential and Sebulba loops, with the actor-critic agent and a fixed "
-                          "--compressor")
+                          "env and by the sequential and Sebulba loops, with the actor-critic agent")
 
 
 def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
@@ -350,9 +385,8 @@ def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
     ``jittable`` is False for a host (envpool) env, which the loop steps through envpool's XLA interface.
 
     Raises:
-      ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program),
-        ``--compressor auto`` with ``--num-seeds`` > 1 (each seed would take its own decisions, so the
-        seeds could not share one vmapped program); for envpool: ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
+      ConfigError: ``--distill-async`` (a host thread cannot run inside the jitted program); for
+        envpool: ``--num-seeds`` > 1 (``vmap`` cannot copy the one host pool), more than one
         local device (XLA cannot partition envpool's side-effecting step over devices), or a task with
         64-bit arrays (:func:`accerl_jax.envs.envpool_env.check_xla`).
     """
@@ -360,14 +394,6 @@ def check_anakin(cfg: Config, jittable: bool, local_devices: int = 1) -> None:
         raise ConfigError("bad --distill-async with --loop anakin: asynchronous distillation runs in a host "
                           "thread, which cannot run inside the Anakin loop's jitted program; drop --distill-async "
                           "(distillation then runs inside the program) or use --loop sequential")
-    if cfg.compressor == "auto" and cfg.num_seeds > 1:
-        raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto: each seed takes its own "
-                          "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
-                          "one at a time (--num-seeds 1) or use a fixed --compressor")
-    if cfg.compressor == "auto" and cfg.sweep:
-        raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --compressor auto: each run takes its own "
-                          "compression decisions, so the runs cannot share one vmapped program; use a fixed "
-                          "--compressor")
     if jittable:
         return
     if cfg.sweep:
