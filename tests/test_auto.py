@@ -452,5 +452,6 @@ def test_gate_rules_and_the_search_pick_margin():
     pick = lambda seconds: auto_gate.pick_fastest(Timed(seconds), {}, (4,), "float32", 3, 2)[0]  # noqa: E731
     assert close < 1.0 and pick({"none": 1.0, "int8": close}) == "none"
     assert pick({"none": 1.0, "int8": 0.5, "bf16": 0.7}) == "int8"
-    record = auto_gate.record(0.5, None, "auto", why_not=auto_gate.not_countable(True, 2))
-    assert not record["applied"] and "2 processes" in record["reason"] and record["resolved"] is None
+    assert auto_gate.not_countable(True) is None
+    record = auto_gate.record(0.5, None, "auto", why_not=auto_gate.not_countable(False))
+    assert not record["applied"] and "host (envpool) environments" in record["reason"] and record["resolved"] is None

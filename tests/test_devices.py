@@ -612,6 +612,42 @@ def test_the_plan_starts_no_jax_backend():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("loop_name", ["anakin", "sequential"])
+def test_two_processes_count_the_auto_gate_alike_and_resolve_none(tmp_path, loop_name):
+    """``--compressor auto``'s cost-split gate on two processes: each counts the FLOPs of the global batch's
+    rollout and update (the sequential loop's actors step their own env groups, so the gate counts every
+    group over the mesh), finds the actor's share of one process's run and resolves auto to none on both:
+    the run is the --compressor none run, the same parameters on both processes."""
+    from accerl_jax.run import checkpoint
+
+    one, _ = _main_job(str(tmp_path / "one"), loop=loop_name, compressor="auto")
+    assert one["auto_gate"]["resolved"] == "none"
+    logdir = tmp_path / "run"
+    (tmp_path / "out").mkdir()
+    port = _free_port()
+    devices = 2 if loop_name == "anakin" else 1
+    envs = [dict(device_env(devices), TMPDIR=str(tmp_path)) for _ in range(2)]
+    cmds = [[sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4, compressor="auto"), "--loop", loop_name,
+             "--logdir", str(logdir), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+             "--process-id", str(pid)] for pid in range(2)]
+    outs = _launch(cmds, envs, tmp_path / "out")
+    digests = _digests(outs)
+    assert digests[0] == digests[1]
+    assert "auto kept none: the actor is" in outs[0]
+    summary = json.loads((logdir / "summary.json").read_text())
+    gate = summary["auto_gate"]
+    assert summary["num_processes"] == 2 and summary["compressor"] == "none" and summary["loop"] == loop_name
+    assert gate["applied"] and gate["resolved"] == "none"
+    # XLA counts one device's share of a program over a mesh, the batch's work divided by the devices but
+    # not the optimizer's: over 4 devices the share is ~13% lower than one device's (2 devices: ~1%); a
+    # count of this process's rollout against the global update would be half.
+    assert gate["ceiling"] == pytest.approx(one["auto_gate"]["ceiling"], rel=0.2)
+    got, want = checkpoint.read_leaves(str(logdir), 6), checkpoint.read_leaves(str(tmp_path / "one"), 6)
+    for path, x in got.items():
+        if path.startswith(".learner.params"):
+            np.testing.assert_allclose(x, want[path], rtol=RTOL, atol=ATOL, err_msg=path)
+
+
 @pytest.mark.parametrize("loop_name", ["anakin", pytest.param("sequential", marks=pytest.mark.slow)])
 def test_two_processes_take_the_same_auto_decisions(tmp_path, loop_name):
     """``--compressor auto`` on two processes (2 devices each): process 0's timings and divergences decide
@@ -626,6 +662,7 @@ def test_two_processes_take_the_same_auto_decisions(tmp_path, loop_name):
     port = _free_port()
     cmds, envs = _two_process_cmds(tmp_path, port, lambda pid: [
         sys.executable, "-m", "accerl_jax.train", *_cli_args(num_envs=4), "--loop", loop_name, "--compressor", "auto",
+        "--auto-min-actor-share", "0",  # the gate off: this job's actor is too small a share for the candidates
         "--auto-candidates", "distill:tiny,none", "--max-actor-kl", "1e-12", "--auto-every", "2", "--hidden-sizes", "256",
         "256", "--logdir", str(logdir),
         "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)])

@@ -19,7 +19,7 @@ A run the gate resolved is that compressor's run; its checkpoints record the gat
 ``--resume`` keeps it without counting or timing again (:func:`accerl_jax.run.build.gate_auto`), so a
 search run's timed pick cannot change under it.
 
-Where the FLOPs cannot be counted (envpool host actors, several processes) the gate is not applied and
+Where the FLOPs cannot be counted (envpool host actors) the gate is not applied and
 ``auto`` runs as before; the gate's record says why. ``--auto-min-actor-share 0`` turns the gate off.
 
 Why 0.5 (:data:`accerl_jax.config.Config.auto_min_actor_share`'s default): a student k times as fast as
@@ -50,12 +50,12 @@ def percent(x: float) -> str:
     return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
 
 
-def not_countable(jittable: bool, num_processes: int) -> str | None:
-    """Why the gate cannot count this run's FLOPs (host envs, several processes), or None where it can."""
+def not_countable(jittable: bool) -> str | None:
+    """Why the gate cannot count this run's FLOPs (host envs), or None where it can. With several
+    processes each process counts the same programs at the global batch's shapes (nothing is run or
+    exchanged), so all of them take the same decision."""
     if not jittable:
         return "the actor steps host (envpool) environments, whose cost XLA cannot count"
-    if num_processes > 1:
-        return f"the run has {num_processes} processes (FLOPs are counted in one process only)"
     return None
 
 

@@ -261,7 +261,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
     on the global mesh. The Anakin loop's actor then holds every process's env groups over that mesh; the
     sequential loop's holds this process's own on its first device. ``wall_start`` (default: now) is the
     ``time.perf_counter()`` the run's wall time counts from. ``--compressor auto`` first passes its
-    cost-split gate (:func:`gate_auto`), which may resolve it to one compressor: the Run's ``cfg`` and
+    cost-split gate (:func:`count_gate`, :func:`gate_auto`), which may resolve it to one compressor: the Run's ``cfg`` and
     ``plan`` are then those of that compressor (``auto_gate`` records why).
 
     Raises:
@@ -284,7 +284,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         changes = plan_lib.resume_changes(resume_point.meta["config"], config_json)
         if changes:  # one line: what this session changed of the run's own settings
             print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
-    # The pieces, and --compressor auto's gate, before anything is written: the gate may refuse what a run
+    # The pieces, and --compressor auto's count, before anything is written: the gate may refuse what a run
     # of auto's candidates cannot do (accerl_jax.run.plan.refuse_running_candidates).
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     # The Anakin loop builds its initial state in one program of its own (accerl_jax.loops.anakin_state):
@@ -310,7 +310,7 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
     update = learner.update
     init_state = functools.partial(learner.init, key=learner_lib.learner_key(cfg.seed))
     state = jax.eval_shape(init_state, params) if shapes_only else init_state(params)
-    actor_for = None
+    actor_for = count_actor_for = None
     if info.jittable:
         # Every env its own group, keyed by its global index (accerl_jax.run.shards): the same rollouts on any
         # number of devices and processes. A global state places all groups over the mesh; the sequential
@@ -323,12 +323,19 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
             make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
         actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
                                       family=spec.family, groups=groups, mesh=mesh if global_state else None)
-    gate = counted_flops = None
-    if plan.auto:  # --compressor auto's cost-split gate (accerl_jax.run.auto_gate) may resolve it
-        cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, actor_for, update, params,
-                                                               state, k_actor, learner_apply, info)
+        # --compressor auto's gate counts the rollout the update consumes, the global batch's: the sequential
+        # loop of several processes acts on this process's groups only, so it counts every group over the mesh.
+        count_actor_for = actor_for if global_state else functools.partial(
+            actor_for, groups=list(range(info.num_envs * n_proc)), mesh=mesh)
+    # --compressor auto's cost-split gate (accerl_jax.run.auto_gate): counted before the processes' vote (it
+    # may refuse), resolved after it (a search run's pick times the candidates, a collective).
+    counted = count_gate(cfg, plan, count_actor_for, update, params, state, k_actor, learner_apply) if plan.auto else None
     if before_write is not None:
         before_write()
+    gate = counted_flops = None
+    if plan.auto:
+        cfg, plan, compressor, gate, counted_flops = gate_auto(cfg, plan, compressor, counted, params, learner_apply,
+                                                               info)
     claimed = False  # a new run's folder claimed here
     held = None  # --overwrite: the run folder's lock, taken before anything in the folder is deleted
     if logdir is None:  # a multi-host process other than 0: its files are thrown away
@@ -432,41 +439,65 @@ def learner_devices(first: int) -> list:
     return [d for p in sorted(by_process) for d in by_process[p][first:]]
 
 
-def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, actor_for: Callable | None, update: Callable, params,
-              state, k_actor, learner_apply: Callable, info) -> tuple:
-    """``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`), run by :func:`build` before
-    anything trains: count the FLOPs of the uncompressed actor's rollout and of the learner ``update`` at
-    the run's shapes (``params``, ``state`` and the carry's, from ``actor_for(learner_apply)`` and
-    ``k_actor``; nothing compiled) unless they cannot be counted (``actor_for`` None: host envs; several
-    processes) or ``--auto-min-actor-share`` is 0; then resolve ``auto``: to ``none`` below the threshold,
-    for a search run to the fastest candidate (timed on ``compressor``, the run's AutoCompressor), else
-    keep it, refusing what a run of the candidates cannot do (:func:`accerl_jax.run.plan.refuse_running_candidates`:
-    several seeds or sweep values, normalisation; ConfigError, before anything is written). A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the
-    compressor replaced); the configuration recorded in its checkpoints stays the one asked for, and its
-    checkpoints record the gate's, which a ``--resume`` takes instead of deciding again (nothing counted or
-    timed; the record gains ``resumed: True``; the plan refused resuming a run whose gate kept auto).
+def count_gate(cfg: Config, plan: plan_lib.Plan, actor_for: Callable | None, update: Callable, params, state,
+               k_actor, learner_apply: Callable) -> dict | None:
+    """The counting half of ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`), run by
+    :func:`build` before anything is written: count the FLOPs of the uncompressed actor's rollout and of the
+    learner ``update`` at the run's shapes (``params``, ``state`` and the carry's, from
+    ``actor_for(learner_apply)`` and ``k_actor``, the global batch's with several processes; nothing
+    compiled or exchanged, so every process counts the same) unless they cannot be counted (``actor_for``
+    None: host envs) or ``--auto-min-actor-share`` is 0, and decide (:func:`accerl_jax.run.auto_gate.decide`).
+    Where the gate keeps auto's candidates, refuse what they cannot run
+    (:func:`accerl_jax.run.plan.refuse_running_candidates`).
+
+    Returns:
+      ``{"min_share", "why_not", "flops", "outcome"}`` for :func:`gate_auto`; None on ``--resume`` (the run
+      keeps its decision).
+
+    Raises:
+      ConfigError: from :func:`~accerl_jax.run.plan.refuse_running_candidates`.
+    """
+    if plan.resume is not None:
+        return None
+    min_share = cfg.auto_min_actor_share
+    why_not = auto_gate.not_countable(actor_for is not None)
+    flops = None
+    if why_not is None and min_share > 0:
+        uncompressed = actor_for(learner_apply)
+        carry = jax.eval_shape(uncompressed.reset, k_actor)
+        # Shapes only: a process-local state's placement would not fit a program over every process's devices.
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, state))
+        flops = auto_gate.count_ceiling(uncompressed.rollout_fn, update, *shapes, carry)
+    outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
+    if outcome == "auto" and flops is not None:  # where the gate cannot count, the plan refused these already
+        plan_lib.refuse_running_candidates(cfg, f"its cost-split gate kept auto's candidates: the actor is "
+                                                f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs")
+    return {"min_share": min_share, "why_not": why_not, "flops": flops, "outcome": outcome}
+
+
+def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, counted: dict | None, params, learner_apply: Callable,
+              info) -> tuple:
+    """The deciding half of ``--compressor auto``'s cost-split gate, after :func:`count_gate` (``counted``)
+    and, with several processes, after their setup vote (a search run's pick times the candidates with
+    process 0's timings broadcast, a collective): resolve ``auto`` to ``none`` below the threshold, for a
+    search run to the fastest candidate (timed on ``compressor``, the run's AutoCompressor), else keep it.
+    A resolved run is built as ``--compressor <resolved>`` would be (``cfg``, ``plan`` and the compressor
+    replaced); the configuration recorded in its checkpoints stays the one asked for, and its checkpoints
+    record the gate's, which a ``--resume`` (``counted`` None) takes instead of deciding again (nothing
+    counted or timed; the record gains ``resumed: True``; the plan refused resuming a run whose gate kept
+    auto).
 
     Returns:
       ``(cfg, plan, compressor, gate record, counted FLOPs)``: the record is
       :func:`accerl_jax.run.auto_gate.record`'s; the FLOPs (``amdahl`` dict) only where auto resolved to
       none (then they are that run's cost split), else None.
     """
-    if plan.resume is not None:  # the decision of the run's start (accerl_jax.run.plan.saved_resolution)
+    if counted is None:  # --resume: the decision of the run's start (accerl_jax.run.plan.saved_resolution)
         saved = dict(plan.resume.meta["extra"]["auto_gate"], resumed=True)
         saved["reason"] = saved["reason"].removesuffix(" (kept on --resume)") + " (kept on --resume)"
         return (*_resolve(cfg, plan, learner_apply, info, saved["resolved"], saved), None)
-    min_share = cfg.auto_min_actor_share
-    why_not = auto_gate.not_countable(actor_for is not None, plan.num_processes)
-    flops = None
-    if why_not is None and min_share > 0:
-        uncompressed = actor_for(learner_apply)
-        carry = jax.eval_shape(uncompressed.reset, k_actor)
-        flops = auto_gate.count_ceiling(uncompressed.rollout_fn, update, params, state, carry)
-    outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
+    min_share, why_not, flops, outcome = (counted[k] for k in ("min_share", "why_not", "flops", "outcome"))
     if outcome == "auto":
-        if flops is not None:  # where the gate could not resolve auto, the plan refused these already
-            plan_lib.refuse_running_candidates(cfg, f"its cost-split gate kept auto's candidates: the actor is "
-                                                    f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs")
         return cfg, plan, compressor, auto_gate.record(min_share, flops, outcome, why_not=why_not), None
     timed: dict = {}
     chosen = "none"

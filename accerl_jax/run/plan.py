@@ -315,7 +315,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
     check_normalize(cfg, loop, jittable)
-    if cfg.compressor == "auto" and not gate_may_resolve(cfg, jittable, num_processes):
+    if cfg.compressor == "auto" and not gate_may_resolve(cfg, jittable):
         refuse_running_candidates(cfg, "--auto-min-actor-share 0" if cfg.auto_min_actor_share <= 0 else
                                   "its cost-split gate cannot count this run's FLOPs")
     if loop == "anakin":
@@ -326,13 +326,13 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     return loop
 
 
-def gate_may_resolve(cfg: Config, jittable: bool, num_processes: int) -> bool:
+def gate_may_resolve(cfg: Config, jittable: bool) -> bool:
     """Whether ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`) can resolve auto to
     one compressor before training: it is on (``--auto-min-actor-share`` > 0) and can count the run's
-    FLOPs (a gymnax env, one process). Where it can, what only auto's candidates cannot run (several
+    FLOPs (a gymnax env; any number of processes). Where it can, what only auto's candidates cannot run (several
     seeds or sweep values in one program, normalisation) is refused after the count, if the gate keeps
     auto (:func:`refuse_running_candidates`); where it cannot, here."""
-    return cfg.auto_min_actor_share > 0 and jittable and num_processes == 1
+    return cfg.auto_min_actor_share > 0 and jittable
 
 
 def refuse_running_candidates(cfg: Config, why: str) -> None:
