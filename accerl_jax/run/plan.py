@@ -30,7 +30,7 @@ from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import PGX_GAMES, Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.platform import xla
-from accerl_jax.run import replicas
+from accerl_jax.run import auto_gate, replicas
 from accerl_jax.run.folder import refuse_taken
 from accerl_jax.seeds import envpool_seed
 
@@ -326,13 +326,19 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     return loop
 
 
+def normalize_flags(cfg: Config) -> list[str]:
+    """The normalisation flags ``cfg`` sets (``--normalize-observations``, ``--normalize-rewards``), in that order."""
+    return [f for f, on in (("--normalize-observations", cfg.normalize_observations),
+                            ("--normalize-rewards", cfg.normalize_rewards)) if on]
+
+
 def gate_may_resolve(cfg: Config, jittable: bool) -> bool:
     """Whether ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`) can resolve auto to
     one compressor before training: it is on (``--auto-min-actor-share`` > 0) and can count the run's
     FLOPs (a gymnax env; any number of processes). Where it can, what only auto's candidates cannot run (several
     seeds or sweep values in one program, normalisation) is refused after the count, if the gate keeps
     auto (:func:`refuse_running_candidates`); where it cannot, here."""
-    return cfg.auto_min_actor_share > 0 and jittable
+    return cfg.auto_min_actor_share > 0 and auto_gate.not_countable(jittable) is None
 
 
 def refuse_running_candidates(cfg: Config, why: str) -> None:
@@ -351,8 +357,7 @@ def refuse_running_candidates(cfg: Config, why: str) -> None:
         raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with --compressor auto ({why}): each run takes its "
                           "own compression decisions, so the runs cannot share one vmapped program; use a fixed "
                           "--compressor")
-    flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
-                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
+    flags = normalize_flags(cfg)
     if flags:
         raise ConfigError(f"bad {flags[0]} with --compressor auto ({why}): auto's candidates do not carry "
                           "normalisation statistics; use a fixed --compressor")
@@ -368,8 +373,7 @@ def check_normalize(cfg: Config, loop: str, jittable: bool) -> None:
       ConfigError: either flag with the Anakin loop and an envpool env or ``--agent search``
         (``--compressor auto``: :func:`refuse_running_candidates`).
     """
-    flags = [f for f, on in (("--normalize-observations", cfg.normalize_observations),
-                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
+    flags = normalize_flags(cfg)
     if not flags:
         return
     why = (f"--loop anakin and --env {cfg.env}" if loop == "anakin" and not jittable
