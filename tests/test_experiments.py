@@ -109,7 +109,9 @@ def test_record_names_the_machine_revision_packages_and_load():
     (["run", "all", "--purejaxrl", "/nowhere"], "--peer-python"), (["frobnicate"], "frobnicate"),
     (["run", "all", "--stoix", "/nowhere"], "--stoix-python"), (["run", "all", "--seeds", "0,x"], "--seeds"),
     (["run", "all", "--seeds", "1,1"], "--seeds"), (["run", "all", "--seeds", "-1"], "--seeds"),
-    (["run", "all", "--stoix", "/nowhere", "--stoix-python", sys.executable], "'/nowhere'")])
+    (["run", "all", "--stoix", "/nowhere", "--stoix-python", sys.executable], "'/nowhere'"),
+    (["run", "loop_throughput", "--keep-runs", "/tmp"], "--keep-runs"),
+    (["run", "quality_classic", "--keep-runs", __file__], repr(__file__))])
 def test_bad_input_exits_2_with_one_line(argv, names, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -290,3 +292,69 @@ def test_win_rates_of_every_checkpoint_are_evaluates_mcts_match(tmp_path):
         mcts = record["matches"]["mcts"]
         assert (r["win_rate"], r["draw_rate"]) == (mcts["wins"] / 4, mcts["draws"] / 4), r["update"]
     assert harness.win_rates(str(run), games=4, opponent_simulations=2, target=1.01)["time_to_target_s"] is None
+
+
+def test_kept_runs_resume_a_stopped_run_read_back_a_finished_one_and_refuse_other_settings(tmp_path, monkeypatch):
+    """``--keep-runs``: a run stopped by a signal is an error that keeps its checkpoint; the same call resumes
+    it to the uninterrupted run's result; a third call reads the finished run back without training; a
+    configuration other than the kept run's is refused, naming the difference."""
+    import signal
+
+    import accerl_jax
+    from actor_hooks import hook_actor
+
+    fields = dict(env="gymnax:CartPole-v1", loop="sequential", num_envs=8, rollout_length=8, total_steps=8 * 8 * 6,
+                  log_every=1, seed=0)
+    ref = harness.train_in_process(fields, target=15.0, keep_curve=True)
+    folder = str(tmp_path / "kept" / "run")
+    hook_actor(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    with pytest.raises(harness.KeptRunError, match="stopped at update 3 .*SIGINT.* again to resume") as err:
+        harness.kept_in_process(fields, folder, target=15.0, keep_curve=True)
+    assert err.value.exit_code == 1
+    monkeypatch.undo()
+    kept = harness.kept_in_process(fields, folder, target=15.0, keep_curve=True)
+    rev = harness.git_revision()
+    assert kept["sessions"] == [{"git_revision": rev, "resumed_from_update": None},
+                                {"git_revision": rev, "resumed_from_update": 3}]
+    for key in ("final_return_mean", "total_env_steps", "actor_params"):
+        assert kept[key] == ref[key], key
+    assert kept["curve"]["agent_steps"] == ref["curve"]["agent_steps"]
+    assert kept["curve"]["return_mean"] == ref["curve"]["return_mean"]  # gymnax runs resume exactly
+    assert kept["wall_time_s"] > 0 and (kept["time_to_target_s"] is None) == (ref["time_to_target_s"] is None)
+
+    def forbidden(cfg):
+        raise AssertionError("a finished kept run trained again")
+
+    monkeypatch.setattr(accerl_jax, "run_training_result", forbidden)
+    assert harness.kept_in_process(fields, folder, target=15.0, keep_curve=True) == kept
+    with pytest.raises(harness.KeptRunError, match=r"seed: 0 \(kept\) vs 1 \(now\)") as err:
+        harness.kept_in_process(dict(fields, seed=1), folder)
+    assert err.value.exit_code == 2
+
+
+def test_a_benchmark_kept_over_two_calls_is_one_result(tmp_path, monkeypatch):
+    """``run NAME --keep-runs DIR`` twice: the second call reads every finished run back (nothing trains) and
+    writes the same runs."""
+    import accerl_jax
+
+    argv = ["run", "quality_classic", "--quick", "--out", str(tmp_path / "out"), "--keep-runs", str(tmp_path / "kept")]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "out" / "quality_classic.json").read_text())
+    assert os.path.isdir(kinds.kept_folder(str(tmp_path / "kept"), "quality_classic", "CartPole-v1", 0, 0))
+    monkeypatch.setattr(accerl_jax, "run_training_result", lambda cfg: pytest.fail("a finished kept run trained again"))
+    assert main(argv) == 0
+    second = json.loads((tmp_path / "out" / "quality_classic.json").read_text())
+    assert second["runs"] == first["runs"] and first["runs"]["CartPole-v1"][0]["sessions"][0]["resumed_from_update"] is None
+
+
+def test_the_page_names_runs_kept_over_several_sittings_or_at_another_revision():
+    rev, other = "a" * 40, "b" * 40
+    r = {"record": {"git_revision": rev}, "runs": {"Pong-v5": [
+        dict(seed=0, sessions=[{"git_revision": rev, "resumed_from_update": None}]),
+        dict(seed=1, sessions=[{"git_revision": other, "resumed_from_update": None},
+                               {"git_revision": rev, "resumed_from_update": 976}]),
+        dict(seed=2)]}}
+    lines = page.kept_lines(r)
+    assert lines[2:-1] == [f"- `Pong-v5` seed 1: started at git {other[:12]}; resumed from update 976 at git {rev[:12]}"]
+    r["runs"]["Pong-v5"] = r["runs"]["Pong-v5"][:1]
+    assert page.kept_lines(r) == []

@@ -44,6 +44,10 @@ def parse(argv):
     run.add_argument("--quick", action="store_true", help="each benchmark's smoke budget (seconds; not a measurement)")
     run.add_argument("--repeats", type=int, default=None, help="rotated rounds of every configuration (default: the manifest's)")
     run.add_argument("--seeds", default=None, help="comma-separated seeds replacing the manifest's (e.g. 0 or 0,1)")
+    run.add_argument("--keep-runs", default=None, metavar="DIR",
+                     help="keep each training run's folder under DIR: running the same command again reads back the "
+                          "finished runs and resumes the stopped ones from their latest checkpoint (training and "
+                          "compression benchmarks)")
     run.add_argument("--out", default=None, help="results folder (default: experiments/results/<machine kind>/)")
     run.add_argument("--purejaxrl", default=None, help="a checkout of luchris429/purejaxrl (the peer)")
     run.add_argument("--peer-python", default=None, help="the Python of PureJaxRL's own virtual environment")
@@ -63,6 +67,13 @@ def parse(argv):
                 args.seeds = None
             if not args.seeds or min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
                 p.error("bad --seeds; expected distinct non-negative integers separated by commas, e.g. 0,1,2")
+        if args.keep_runs is not None:
+            kept = [b for b in (BENCHMARKS if args.name == "all" else [BY_NAME[args.name]]) if b.kind in kinds.KEEPS_RUNS]
+            if not kept:
+                p.error(f"bad --keep-runs with {args.name}: a {BY_NAME[args.name].kind} benchmark; runs are kept only by "
+                        f"{' and '.join(kinds.KEEPS_RUNS)} benchmarks (e.g. quality_atari_pong)")
+            if os.path.exists(args.keep_runs) and not os.path.isdir(args.keep_runs):
+                p.error(f"bad --keep-runs {args.keep_runs!r}: a file; expected a folder (made if missing)")
         if args.repeats is not None and args.repeats < 1:
             p.error(f"bad --repeats {args.repeats}; expected a positive integer")
         for name, peer in kinds.PEERS.items():
@@ -86,7 +97,8 @@ def run(args) -> dict:
         if out_dir is None:
             base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS
             out_dir = os.path.join(base, rec["machine_kind"])
-        result = kinds.measure(b, args.quick, args.repeats, peer, args.seeds)
+        keep = args.keep_runs if b.kind in kinds.KEEPS_RUNS else None
+        result = kinds.measure(b, args.quick, args.repeats, peer, args.seeds, keep)
         result["record"] = harness.finish_record(rec, started)
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, f"{b.name}.json"), "w") as f:
@@ -103,7 +115,11 @@ def main(argv=None) -> int:
         for b in BENCHMARKS:
             print(f"{b.name:<28} {b.kind:<12} {b.measures.split('. ')[0]}")
     elif args.command == "run":
-        run(args)
+        try:
+            run(args)
+        except harness.KeptRunError as err:  # the runs kept so far stay; the same command continues them
+            print(f"error: {err}", file=sys.stderr)
+            return err.exit_code
     elif args.write:
         try:
             page.write(args.write, args.results)

@@ -200,12 +200,15 @@ def win_rates(logdir: str, games: int, opponent_simulations: int, target: float 
     return {"win_rates": rows, "final_win_rate": rows[-1]["win_rate"], "time_to_target_s": hit[0] if hit else None}
 
 
-def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False, inspect=None) -> dict:
+def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False, inspect=None,
+                     keep: str | None = None) -> dict:
     """One :func:`accerl_jax.run_training_result` run of ``Config(**fields)`` in a fresh temporary log folder:
     the summary's kept fields, the time to ``target`` (seconds from setup, compilation included), the
     steady rate (None when the run logged too few rows) and, with ``keep_curve``, its :func:`learning_curve`.
     ``inspect(run_dir) -> dict``, if given, reads the run's folder before it is deleted; its fields join
-    (and replace) the result's."""
+    (and replace) the result's. With ``keep`` (a folder), the run is :func:`kept_in_process` there instead."""
+    if keep is not None:
+        return kept_in_process(fields, keep, target, keep_curve, inspect)
     return trained_in_process(fields, target, keep_curve, inspect)[0]
 
 
@@ -218,17 +221,93 @@ def trained_in_process(fields: dict, target: float | None = None, keep_curve: bo
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(**dict(dict(progress=False, checkpoint_every=0), **fields, logdir=os.path.join(tmp, "run")))
         result = run_training_result(cfg)
-        out = summary_keys(result.summary)
-        out["time_to_target_s"] = None if target is None else time_to_target(cfg.logdir, target)
-        if keep_curve:
-            out["curve"] = learning_curve(cfg.logdir)
-        if inspect is not None:
-            out.update(inspect(cfg.logdir))
-        try:
-            out["steady"] = steady_rate(cfg.logdir)
-        except ValueError:
-            out["steady"] = None
+        out = _run_outputs(result.summary, cfg.logdir, target, keep_curve, inspect)
     return out, result
+
+
+def _run_outputs(summary: dict, logdir: str, target: float | None, keep_curve: bool, inspect) -> dict:
+    """:func:`train_in_process`'s fields of the finished run in ``logdir`` whose summary is ``summary``."""
+    out = summary_keys(summary)
+    out["time_to_target_s"] = None if target is None else time_to_target(logdir, target)
+    if keep_curve:
+        out["curve"] = learning_curve(logdir)
+    if inspect is not None:
+        out.update(inspect(logdir))
+    try:
+        out["steady"] = steady_rate(logdir)
+    except ValueError:
+        out["steady"] = None
+    return out
+
+
+KEPT_CHECKPOINTS = 40  # a kept run writes about this many checkpoints over its budget (2 are kept)
+
+
+class KeptRunError(RuntimeError):
+    """A kept run (:func:`kept_in_process`) that cannot give its result now: it stopped before its budget
+    (a signal; running the same command again resumes it: ``exit_code`` 1) or its folder holds another
+    configuration's run (bad input: ``exit_code`` 2)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def kept_in_process(fields: dict, folder: str, target: float | None = None, keep_curve: bool = False,
+                    inspect=None) -> dict:
+    """:func:`train_in_process`'s run of ``Config(**fields)`` kept in the log folder ``folder``, so that a
+    benchmark longer than one sitting finishes over several: a run that finished there is read back (not run
+    again), a stopped one (killed, interrupted) resumes from its latest checkpoint (the trainer's
+    ``--resume``: gymnax runs continue exactly, envpool runs restart their episodes in flight), else it
+    starts. The run checkpoints about :data:`KEPT_CHECKPOINTS` times over its budget unless ``fields`` set
+    ``checkpoint_every``. Each sitting that trains is a line of ``<folder>.jsonl`` (``git_revision``,
+    ``resumed_from_update``: None for the start, ``fields``); the result's ``sessions`` lists them. A resumed
+    run's ``wall_time_s`` adds its sittings' seconds up to the checkpoints they left (updates lost to a kill
+    after its last checkpoint are run again and counted once).
+
+    Raises:
+      KeptRunError: the folder's run was made with other ``fields`` (names the differences; keep the runs of
+        another configuration in another folder), or the run stopped before its budget (Ctrl-C, SIGTERM: it
+        saved a checkpoint; the same call again resumes it).
+    """
+    from accerl_jax.config import Config
+    from accerl_jax import run_training_result
+    from accerl_jax.run import checkpoint
+
+    given = json.loads(json.dumps(fields))
+    sessions = []
+    if os.path.isfile(folder + ".jsonl"):
+        with open(folder + ".jsonl") as f:
+            sessions = [json.loads(line) for line in f if line.strip()]
+    if sessions and sessions[0]["fields"] != given:
+        saved = sessions[0]["fields"]
+        diffs = [f"{k}: {saved.get(k)!r} (kept) vs {given.get(k)!r} (now)" for k in sorted(set(saved) | set(given))
+                 if saved.get(k) != given.get(k)]
+        raise KeptRunError(f"the run kept in {folder} was made with other settings ({'; '.join(diffs)}); keep this "
+                         "configuration's runs in another folder, or delete that run", 2)
+    summary = None
+    if os.path.isfile(os.path.join(folder, "summary.json")):
+        with open(os.path.join(folder, "summary.json")) as f:
+            summary = json.load(f)
+    if summary is None or summary.get("stopped") == "interrupted":
+        steps = checkpoint.finished_steps(folder) if os.path.isdir(os.path.join(folder, checkpoint.CHECKPOINT_DIR)) else []
+        base = dict(progress=False, keep_checkpoints=2)
+        if "checkpoint_every" not in fields:
+            c = Config(**fields)
+            base["checkpoint_every"] = max(1, c.total_steps // (c.num_envs * c.rollout_length) // KEPT_CHECKPOINTS)
+        cfg = Config(**dict(base, **fields, logdir=folder, resume=folder if steps else None, overwrite=not steps))
+        os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+        sessions.append({"git_revision": git_revision(), "resumed_from_update": steps[-1] if steps else None,
+                         "fields": given})
+        with open(folder + ".jsonl", "a") as f:
+            f.write(json.dumps(sessions[-1], sort_keys=True) + "\n")
+        summary = run_training_result(cfg).summary
+        if summary.get("stopped") == "interrupted":
+            raise KeptRunError(f"the run kept in {folder} stopped at update {summary['updates']} "
+                               f"({summary.get('exit_signal')}); run the same command again to resume it", 1)
+    out = _run_outputs(summary, folder, target, keep_curve, inspect)
+    out["sessions"] = [{k: v for k, v in s.items() if k != "fields"} for s in sessions]
+    return out
 
 
 def train_process(flags: list[str], seed: int, target: float | None, cache: str, python: str = sys.executable,

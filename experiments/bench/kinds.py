@@ -7,6 +7,7 @@ each configuration of ``options["configs"]`` in rotated rounds (:func:`experimen
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from typing import NamedTuple
@@ -134,14 +135,16 @@ def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
     return networks.student_spec(make_spec(cfg, make_env(cfg.env, 1).info), preset).widths
 
 
-def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
+def training(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None) -> dict:
     """In-process training runs (:func:`harness.train_in_process`) of each configuration's Config fields
     (over the options' ``fields``) at ``steps`` agent steps per seed: final return, seconds to ``target``
     from setup, wall seconds; with the option ``curve``, each run's learning curve (:func:`harness.learning_curve`);
     with ``matches`` (``{"every", "games", "opponent_simulations"}``, a two-player game), a checkpoint every
     ``every`` updates and each one's win rate against the MCTS opponent (:func:`harness.win_rates`): the
     target is then a win rate and ``final_win_rate`` the quality.
-    ``student_of``: the named compressor's student network, trained directly (no compressor)."""
+    ``student_of``: the named compressor's student network, trained directly (no compressor).
+    ``keep``: a folder whose :func:`kept_folder` of each run keeps it (:func:`harness.kept_in_process`:
+    finished runs are read back, stopped ones resume)."""
     def one(label, seed, r):
         fields = dict(o.get("fields", {}), **{k: o[k] for k in ("env", "log_every") if k in o})
         fields.update(b.configs[label], total_steps=o["steps"], seed=seed)
@@ -155,14 +158,21 @@ def training(b, o: dict, rounds: int, peer: dict | None) -> dict:
             def inspect(run_dir):
                 return harness.win_rates(run_dir, m["games"], m["opponent_simulations"], o.get("target"))
         return harness.train_in_process(fields, None if m else o.get("target"), keep_curve=o.get("curve", False),
-                                        inspect=inspect)
+                                        inspect=inspect, keep=keep and kept_folder(keep, b.name, label, seed, r))
 
     return harness.interleave(o["configs"], o["seeds"], rounds, one)
 
 
-def compression(b, o: dict, rounds: int, peer: dict | None) -> dict:
+def kept_folder(keep: str, name: str, label: str, seed: int, round_: int) -> str:
+    """The log folder under ``keep`` of benchmark ``name``'s run of configuration ``label`` (characters
+    other than letters, digits, ``.``, ``_`` and ``-`` become ``_``), seed ``seed``, round ``round_``:
+    ``<keep>/<name>/<label>/seed<seed>-round<round_>``."""
+    return os.path.join(keep, name, re.sub(r"[^A-Za-z0-9._-]", "_", label), f"seed{seed}-round{round_}")
+
+
+def compression(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None) -> dict:
     """The (a)/(b)/(c) comparison: :func:`training` of its three configurations (see :func:`verdict`)."""
-    return training(b, o, rounds, peer)
+    return training(b, o, rounds, peer, keep)
 
 
 def quality_metric(b) -> str:
@@ -399,6 +409,7 @@ def actor_time(b, o: dict, rounds: int, peer: dict | None) -> dict:
     return runs
 
 
+KEEPS_RUNS = ("training", "compression")  # the kinds whose runs --keep-runs keeps (in-process training runs)
 KINDS = {"process": process, "training": training, "compression": compression, "throughput": throughput,
          "actor_time": actor_time, "sweep": sweep}
 # (metric, column header, format) per kind, in the page's order.
@@ -447,9 +458,11 @@ def ratios(table: dict, ratio: tuple[str, str] | None) -> dict:
             for label, row in table.items()}
 
 
-def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[int] | None = None) -> dict:
+def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[int] | None = None,
+            keep: str | None = None) -> dict:
     """Run benchmark ``b`` (its ``quick`` options over ``options`` with ``quick``; ``seeds`` replacing its
-    seeds) and return its result:
+    seeds; ``keep``, a folder keeping a training or compression benchmark's runs: :func:`training`) and
+    return its result:
     ``options``, ``rounds``, ``runs``, ``table`` (:func:`summarise`), ``ratios`` and, for the compression
     kind, ``verdict``; or ``skipped`` with the reason when ``b.requires`` is not installed."""
     import importlib.util
@@ -463,7 +476,9 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
     out = {"benchmark": b.name, "kind": b.kind, "quick": quick, "rounds": rounds, "options": o}
     if b.requires and importlib.util.find_spec(b.requires) is None:
         return dict(out, skipped=f"{b.requires} is not installed")
-    runs = KINDS[b.kind](b, o, rounds, peer)
+    if keep is not None and b.kind not in KEEPS_RUNS:
+        raise ValueError(f"{b.name} is a {b.kind} benchmark; runs are kept only by {' and '.join(KEEPS_RUNS)} ones")
+    runs = KINDS[b.kind](b, o, rounds, peer, **({} if keep is None else {"keep": keep}))
     table = summarise(b.kind, runs, columns(b))
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":

@@ -75,6 +75,7 @@ def section(b, results: dict) -> list[str]:
             continue
         lines += [record_line(r, r["record"]), "", *table(b, r), ""]
         lines += curve_lines(b, r)
+        lines += kept_lines(r)
         if "verdict" in r:
             v = r["verdict"]
             which = f" (`{v['best']}`)" if "best" in v and len(b.configs) > 3 else ""
@@ -84,6 +85,24 @@ def section(b, results: dict) -> list[str]:
                       f"{'yes' if v['equal_final_return'] else 'no'}).", ""]
         lines += amdahl_lines(r.get("amdahl") or {})
     return lines
+
+
+def kept_lines(r: dict) -> list[str]:
+    """A line per run that ``--keep-runs`` trained over several sittings, or in a sitting at another git revision
+    than the result's record: where each sitting started (the run's start or the update it resumed from) and at
+    which revision; none when every run trained in one sitting of the recorded revision."""
+    rev = r["record"]["git_revision"]
+    out = []
+    for label, runs in r["runs"].items():
+        for run in runs:
+            sittings = run.get("sessions") or []
+            if len(sittings) > 1 or any(s["git_revision"] != rev for s in sittings):
+                said = "; ".join(("started" if s["resumed_from_update"] is None else
+                                  f"resumed from update {s['resumed_from_update']}") + f" at git {s['git_revision'][:12]}"
+                                 for s in sittings)
+                out.append(f"- `{label}` seed {run['seed']}: {said}")
+    return ["Runs kept over several sittings (`--keep-runs`; a resumed envpool run restarts its episodes in flight):",
+            "", *out, ""] if out else []
 
 
 def curve_lines(b, r: dict, points: int = 8) -> list[str]:
