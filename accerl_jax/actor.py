@@ -18,6 +18,7 @@ of :func:`accerl_jax.networks.policy_distribution`); the behaviour log-probabili
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
@@ -229,6 +230,38 @@ class HostActor:
         stacked = jax.tree.map(lambda *xs: np.stack(xs), *steps)
         rollout = jax.device_put(rollout_from_steps(*stacked, self.env.info.bootstrap_slots(self.rollout_length)))
         return ActorCarry(env_state, obs, key), rollout, {"env_time_s": env_time, "inference_time_s": inference_time}
+
+
+class NetworkOnlyEnv:
+    """A stand-in for a host (envpool) environment, for counting a rollout's network work at the run's
+    shapes (:mod:`accerl_jax.run.auto_gate`; traced, never run): ``reset`` gives zero observations and
+    ``step`` returns the observation it was given, with zero rewards and no episode ends, in
+    :class:`~accerl_jax.types.Transition`'s dtypes. Host environments step outside XLA, so XLA's cost
+    analysis cannot count them; what it counts of :class:`AnakinActor` over this env is the policy's
+    ``T`` forward passes and samples at ``[B, *obs_shape]``, the part of the actor a compressor shrinks.
+
+    Args:
+      info: the host environment's :class:`~accerl_jax.envs.base.EnvInfo`.
+      num_envs: ``B``, the batch to count at (the global batch with several processes).
+    """
+
+    def __init__(self, info, num_envs: int):
+        self.info = dataclasses.replace(info, num_envs=num_envs, jittable=True, xla_step=False)
+
+    def reset(self, key: jax.Array):
+        """``(state, obs)``: zero observations ``[B, *obs_shape]``, which are also the state."""
+        del key
+        obs = jnp.zeros((self.info.num_envs, *self.info.obs_shape), self.info.obs_dtype)
+        return obs, obs
+
+    def step(self, state, action):
+        """``(state, Transition)``: the same observations, reward 0, no episode ended, every step valid."""
+        del action
+        b = self.info.num_envs
+        zeros, no = jnp.zeros((b,), jnp.float32), jnp.zeros((b,), bool)
+        return state, Transition(obs=state, next_obs=state, reward=zeros, terminated=no, truncated=no,
+                                 valid=jnp.ones((b,), bool), episode_return=zeros,
+                                 episode_length=jnp.zeros((b,), jnp.int32))
 
 
 class ShardedActor:

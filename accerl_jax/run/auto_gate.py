@@ -19,8 +19,12 @@ A run the gate resolved is that compressor's run; its checkpoints record the gat
 ``--resume`` keeps it without counting or timing again (:func:`accerl_jax.run.build.gate_auto`), so a
 search run's timed pick cannot change under it.
 
-Where the FLOPs cannot be counted (envpool host actors) the gate is not applied and
-``auto`` runs as before; the gate's record says why. ``--auto-min-actor-share 0`` turns the gate off.
+Host (envpool) environments step outside XLA, whose cost analysis cannot count them: there the gate counts
+the actor's network part (its ``T`` forward passes and samples, :class:`~accerl_jax.actor.NetworkOnlyEnv`),
+the part a compressor shrinks; the env's host time would only lower the true share, so a run this count
+keeps at ``none`` could not have gained. With several processes each process counts the same programs at
+the global batch's shapes (nothing is run or exchanged), so all of them take the same decision.
+``--auto-min-actor-share 0`` turns the gate off.
 
 Why 0.5 (:data:`accerl_jax.config.Config.auto_min_actor_share`'s default): a student k times as fast as
 the learner's network saves at most c (1 - 1/k) of an update with ceiling c; with the students' CPU
@@ -48,15 +52,6 @@ FLOPS_SOURCE = ("XLA's cost analysis of the uncompressed actor's rollout and of 
 def percent(x: float) -> str:
     """``x`` (a share, 0-1) as a percentage for messages: one decimal below 10%, whole percents above."""
     return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
-
-
-def not_countable(jittable: bool) -> str | None:
-    """Why the gate cannot count this run's FLOPs (host envs), or None where it can. With several
-    processes each process counts the same programs at the global batch's shapes (nothing is run or
-    exchanged), so all of them take the same decision."""
-    if not jittable:
-        return "the actor steps host (envpool) environments, whose cost XLA cannot count"
-    return None
 
 
 def count_ceiling(rollout_fn: Callable, update: Callable, params, learner_state, carry) -> dict:
@@ -89,16 +84,14 @@ def decide(min_share: float, ceiling: float | None, search: bool) -> str:
     return "pick" if search else "auto"
 
 
-def record(min_share: float, flops: dict | None, outcome: str, *, why_not: str | None = None,
-           chosen: str | None = None, forward_s: dict | None = None, base_forward_s: float | None = None,
+def record(min_share: float, flops: dict | None, outcome: str, *, chosen: str | None = None, forward_s: dict | None = None, base_forward_s: float | None = None,
            batch: int | None = None) -> dict:
     """The gate's record for the summary (``auto_gate``): the threshold, the counted FLOPs and ceiling
     (None where not counted), the outcome (``"none"``, ``"auto"`` or ``"pick"``), the compressor it
     resolved to (None for ``"auto"``) and ``reason``, one sentence in words."""
     ceiling = None if flops is None else flops["ceiling"]
     if flops is None:
-        counted = ("without its cost-split gate (--auto-min-actor-share 0)" if why_not is None else
-                   f"without its cost-split gate, which could not count this run's FLOPs: {why_not}")
+        counted = "without its cost-split gate (--auto-min-actor-share 0)"
     else:
         side = "below" if ceiling < min_share else "at least"
         counted = (f"the actor is {percent(ceiling)} of an update by FLOPs, {side} the {percent(min_share)} "

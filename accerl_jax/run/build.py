@@ -25,7 +25,7 @@ from accerl_jax import networks
 from accerl_jax import normalize
 from accerl_jax.platform import speed, xla
 from accerl_jax.run import auto_gate, distributed, replicas
-from accerl_jax.actor import AnakinActor, make_actor
+from accerl_jax.actor import AnakinActor, NetworkOnlyEnv, make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
 from accerl_jax.config import Config, ConfigError
@@ -327,6 +327,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         # loop of several processes acts on this process's groups only, so it counts every group over the mesh.
         count_actor_for = actor_for if global_state else functools.partial(
             actor_for, groups=list(range(info.num_envs * n_proc)), mesh=mesh)
+    else:  # host envs: the gate counts the network's part of the global batch's rollout (NetworkOnlyEnv)
+        count_actor_for = functools.partial(make_actor, NetworkOnlyEnv(info, info.num_envs * n_proc),
+                                            rollout_length=cfg.rollout_length, family=spec.family)
     # --compressor auto's cost-split gate (accerl_jax.run.auto_gate): counted before the processes' vote (it
     # may refuse), resolved after it (a search run's pick times the candidates, a collective).
     counted = count_gate(cfg, plan, count_actor_for, update, params, state, k_actor, learner_apply) if plan.auto else None
@@ -444,14 +447,15 @@ def count_gate(cfg: Config, plan: plan_lib.Plan, actor_for: Callable | None, upd
     """The counting half of ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`), run by
     :func:`build` before anything is written: count the FLOPs of the uncompressed actor's rollout and of the
     learner ``update`` at the run's shapes (``params``, ``state`` and the carry's, from
-    ``actor_for(learner_apply)`` and ``k_actor``, the global batch's with several processes; nothing
-    compiled or exchanged, so every process counts the same) unless they cannot be counted (``actor_for``
-    None: host envs) or ``--auto-min-actor-share`` is 0, and decide (:func:`accerl_jax.run.auto_gate.decide`).
+    ``actor_for(learner_apply)`` and ``k_actor``, the global batch's with several processes; for host envs
+    the actor of :class:`~accerl_jax.actor.NetworkOnlyEnv`, the network's part; nothing compiled or
+    exchanged, so every process counts the same) unless ``--auto-min-actor-share`` is 0, and decide
+    (:func:`accerl_jax.run.auto_gate.decide`).
     Where the gate keeps auto's candidates, refuse what they cannot run
     (:func:`accerl_jax.run.plan.refuse_running_candidates`).
 
     Returns:
-      ``{"min_share", "why_not", "flops", "outcome"}`` for :func:`gate_auto`; None on ``--resume`` (the run
+      ``{"min_share", "flops", "outcome"}`` for :func:`gate_auto`; None on ``--resume`` (the run
       keeps its decision).
 
     Raises:
@@ -460,19 +464,18 @@ def count_gate(cfg: Config, plan: plan_lib.Plan, actor_for: Callable | None, upd
     if plan.resume is not None:
         return None
     min_share = cfg.auto_min_actor_share
-    why_not = auto_gate.not_countable(actor_for is not None)
     flops = None
-    if why_not is None and min_share > 0:
+    if min_share > 0:
         uncompressed = actor_for(learner_apply)
         carry = jax.eval_shape(uncompressed.reset, k_actor)
         # Shapes only: a process-local state's placement would not fit a program over every process's devices.
         shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, state))
         flops = auto_gate.count_ceiling(uncompressed.rollout_fn, update, *shapes, carry)
     outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
-    if outcome == "auto" and flops is not None:  # where the gate cannot count, the plan refused these already
+    if outcome == "auto" and flops is not None:  # with the gate off (a share of 0), the plan refused these already
         plan_lib.refuse_running_candidates(cfg, f"its cost-split gate kept auto's candidates: the actor is "
                                                 f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs")
-    return {"min_share": min_share, "why_not": why_not, "flops": flops, "outcome": outcome}
+    return {"min_share": min_share, "flops": flops, "outcome": outcome}
 
 
 def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, counted: dict | None, params, learner_apply: Callable,
@@ -496,16 +499,16 @@ def gate_auto(cfg: Config, plan: plan_lib.Plan, compressor, counted: dict | None
         saved = dict(plan.resume.meta["extra"]["auto_gate"], resumed=True)
         saved["reason"] = saved["reason"].removesuffix(" (kept on --resume)") + " (kept on --resume)"
         return (*_resolve(cfg, plan, learner_apply, info, saved["resolved"], saved), None)
-    min_share, why_not, flops, outcome = (counted[k] for k in ("min_share", "why_not", "flops", "outcome"))
+    min_share, flops, outcome = (counted[k] for k in ("min_share", "flops", "outcome"))
     if outcome == "auto":
-        return cfg, plan, compressor, auto_gate.record(min_share, flops, outcome, why_not=why_not), None
+        return cfg, plan, compressor, auto_gate.record(min_share, flops, outcome), None
     timed: dict = {}
     chosen = "none"
     if outcome == "pick":
         chosen, seconds, base = auto_gate.pick_fastest(compressor, params, plan.spec.obs_shape, info.obs_dtype,
                                                        info.num_envs, compressor.speed_forwards)
         timed = dict(forward_s=seconds, base_forward_s=base, batch=info.num_envs)
-    gate = auto_gate.record(min_share, flops, outcome, why_not=why_not, chosen=chosen, **timed)
+    gate = auto_gate.record(min_share, flops, outcome, chosen=chosen, **timed)
     return (*_resolve(cfg, plan, learner_apply, info, chosen, gate), flops if outcome == "none" else None)
 
 

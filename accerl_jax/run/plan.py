@@ -30,7 +30,7 @@ from accerl_jax.compressor.auto import parse_candidates
 from accerl_jax.config import PGX_GAMES, Config, ConfigError, flag, validate
 from accerl_jax.corrector import CORRECTORS
 from accerl_jax.platform import xla
-from accerl_jax.run import auto_gate, replicas
+from accerl_jax.run import replicas
 from accerl_jax.run.folder import refuse_taken
 from accerl_jax.seeds import envpool_seed
 
@@ -315,9 +315,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
     check_normalize(cfg, loop, jittable)
-    if cfg.compressor == "auto" and not gate_may_resolve(cfg, jittable):
-        refuse_running_candidates(cfg, "--auto-min-actor-share 0" if cfg.auto_min_actor_share <= 0 else
-                                  "its cost-split gate cannot count this run's FLOPs")
+    if cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0:  # the gate is off: auto's candidates run
+        refuse_running_candidates(cfg, "--auto-min-actor-share 0")
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
@@ -330,15 +329,6 @@ def normalize_flags(cfg: Config) -> list[str]:
     """The normalisation flags ``cfg`` sets (``--normalize-observations``, ``--normalize-rewards``), in that order."""
     return [f for f, on in (("--normalize-observations", cfg.normalize_observations),
                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
-
-
-def gate_may_resolve(cfg: Config, jittable: bool) -> bool:
-    """Whether ``--compressor auto``'s cost-split gate (:mod:`accerl_jax.run.auto_gate`) can resolve auto to
-    one compressor before training: it is on (``--auto-min-actor-share`` > 0) and can count the run's
-    FLOPs (a gymnax env; any number of processes). Where it can, what only auto's candidates cannot run (several
-    seeds or sweep values in one program, normalisation) is refused after the count, if the gate keeps
-    auto (:func:`refuse_running_candidates`); where it cannot, here."""
-    return cfg.auto_min_actor_share > 0 and auto_gate.not_countable(jittable) is None
 
 
 def refuse_running_candidates(cfg: Config, why: str) -> None:
