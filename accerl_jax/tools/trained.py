@@ -113,9 +113,9 @@ def load(run_dir: str, *, policy: str = DEFAULT_POLICY, step: Optional[int] = No
     if not 0 <= seed_index < n_runs:
         what = f"{n_runs} runs (--sweep)" if cfg.sweep else f"{n_runs} seed(s)"
         raise ConfigError(f"bad --seed-index {seed_index}: the run trained {what}; expected 0 to {n_runs - 1}")
-    if cfg.compressor == "auto" and plan_lib.saved_resolution(point.meta) is not None:
-        # Its cost-split gate resolved auto to one compressor for the whole run: the actor is that one's.
-        cfg = dataclasses.replace(cfg, compressor=plan_lib.saved_resolution(point.meta))
+    resolved = plan_lib.saved_resolution(point.meta) if cfg.compressor == "auto" else None
+    if resolved is not None:  # its cost-split gate resolved auto to one compressor for the whole run
+        cfg = dataclasses.replace(cfg, compressor=resolved)
     if policy == "actor" and cfg.compressor == "auto":
         raise ConfigError(f"bad --policy actor (the default) for {run_dir!r}: this --compressor auto run ran auto's "
                           "candidates, whose actor changes network with each decision and is not rebuilt from its "
