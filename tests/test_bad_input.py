@@ -251,7 +251,7 @@ CASES = [
                                                        "--num-seeds", "2"], None,
      ["bad --num-seeds 2 with --loop anakin and envpool:CartPole-v1", "vmap cannot copy", "--num-seeds 1"], SUB),
     ("multihost-sebulba-auto", lambda t: _over(t) + _hosts("127.0.0.1:1234", 2, 0) + [
-        "--env", "envpool:CartPole-v1", "--compressor", "auto", "--loop", "sebulba"], None,
+        "--env", "envpool:CartPole-v1", "--compressor", "auto", "--loop", "sebulba", "--auto-min-actor-share", "0"], None,
      ["bad --compressor auto with --loop sebulba and several processes", "use a fixed --compressor"], ""),
 ]
 

@@ -612,6 +612,35 @@ def test_the_plan_starts_no_jax_backend():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_two_processes_of_sebulba_resolve_auto_to_none_or_refuse_its_candidates_after_the_count(tmp_path):
+    """An envpool run of two processes with ``--compressor auto`` is the Sebulba run of what the gate resolves
+    (each process counts the network's part of the global batch's rollout): resolved to none, both
+    processes train the none run in Sebulba with equal learners; where the gate keeps auto's candidates (a
+    threshold under the share), both refuse after the count, before anything is written (exit 2)."""
+    port = _free_port()
+    envs = [dict(device_env(1), TMPDIR=str(tmp_path)) for _ in range(2)]
+    flags = ["--env", "envpool:CartPole-v1", "--num-envs", "4", "--rollout-length", "8", "--total-steps", str(4 * 8 * 2 * 4),
+             "--compressor", "auto", "--log-every", "2", "--checkpoint-every", "0", "--no-progress"]
+
+    def cmds(logdir, port, *extra):
+        return [[sys.executable, "-m", "accerl_jax.train", *flags, *extra, "--logdir", str(logdir), "--coordinator-address",
+                 f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)] for pid in range(2)]
+
+    (tmp_path / "out").mkdir()
+    outs = _launch(cmds(tmp_path / "run", port), envs, tmp_path / "out")
+    digests = _digests(outs)
+    assert digests[0] == digests[1] and "auto kept none: the actor is" in outs[0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["loop"] == "sebulba" and summary["compressor"] == "none" and summary["num_processes"] == 2
+    assert summary["auto_gate"]["applied"] and summary["auto_gate"]["resolved"] == "none" and summary["updates"] == 4
+    errs = _launch(cmds(tmp_path / "kept", _free_port(), "--auto-min-actor-share", "0.001"), envs, tmp_path / "out",
+                   expect=2)
+    for err in errs:
+        assert "bad --compressor auto with --loop sebulba and several processes (its cost-split gate kept auto's " \
+               "candidates" in err and "Traceback" not in err
+    assert not (tmp_path / "kept").exists() or not os.listdir(tmp_path / "kept")
+
+
 @pytest.mark.parametrize("loop_name", ["anakin", "sequential"])
 def test_two_processes_count_the_auto_gate_alike_and_resolve_none(tmp_path, loop_name):
     """``--compressor auto``'s cost-split gate on two processes: each counts the FLOPs of the global batch's

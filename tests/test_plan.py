@@ -164,8 +164,10 @@ REFUSALS = [
     ("sebulba-actor-batch", dict(env="envpool:CartPole-v1", actor_threads=2, actor_batch=5), {}, None,
      ["bad --actor-batch 5: at most the 4 environments of each actor thread"]),
     # Several processes.
-    ("multihost-sebulba-auto", dict(env="envpool:CartPole-v1", compressor="auto", loop="sebulba"), TWO, None,
-     ["bad --compressor auto with --loop sebulba and several processes", "use a fixed --compressor"]),
+    ("multihost-sebulba-auto", dict(env="envpool:CartPole-v1", compressor="auto", loop="sebulba",
+                                    auto_min_actor_share=0.0), TWO, None,
+     ["bad --compressor auto with --loop sebulba and several processes (--auto-min-actor-share 0)",
+      "use a fixed --compressor"]),
     ("multihost-envpool-seed", dict(env="envpool:CartPole-v1", seed=10**9), TWO, None, ["--seed"]),
     ("multihost-anakin-envpool", dict(env="envpool:CartPole-v1", loop="anakin"), TWO, None,
      ["bad --loop anakin for envpool:CartPole-v1 with several processes", "--loop sequential"]),

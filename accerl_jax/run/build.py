@@ -474,7 +474,8 @@ def count_gate(cfg: Config, plan: plan_lib.Plan, actor_for: Callable | None, upd
     outcome = auto_gate.decide(min_share, None if flops is None else flops["ceiling"], cfg.agent == "search")
     if outcome == "auto" and flops is not None:  # with the gate off (a share of 0), the plan refused these already
         plan_lib.refuse_running_candidates(cfg, f"its cost-split gate kept auto's candidates: the actor is "
-                                                f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs")
+                                                f"{auto_gate.percent(flops['ceiling'])} of an update by FLOPs",
+                                           plan.loop, plan.num_processes)
     return {"min_share": min_share, "flops": flops, "outcome": outcome}
 
 

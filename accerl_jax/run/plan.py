@@ -247,8 +247,7 @@ def check_multi_host(cfg: Config, loop: str) -> None:
     """Refuse what a run of several processes cannot do with ``loop``.
 
     Raises:
-      ConfigError: the Anakin loop with an envpool env or ``--num-seeds`` > 1; the Sebulba loop with
-        ``--compressor auto`` (each process's compressor thread would take its decisions alone);
+      ConfigError: the Anakin loop with an envpool env or ``--num-seeds`` > 1;
         ``--resume`` with the sequential loop (its actors keep process-local env state, which a checkpoint
         does not hold; Sebulba's host envs restart on a resume in every loop).
     """
@@ -262,11 +261,6 @@ def check_multi_host(cfg: Config, loop: str) -> None:
         if cfg.sweep:
             raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with several processes: train one value per "
                               "multi-host run (its own flags), or sweep on one process")
-    elif loop == "sebulba":
-        if cfg.compressor == "auto":
-            raise ConfigError("bad --compressor auto with --loop sebulba and several processes: each process's "
-                              "compressor thread would take its decisions alone, and the processes must agree; "
-                              "use a fixed --compressor, or --loop sequential")
     elif cfg.resume is not None:
         raise ConfigError(f"bad --resume {cfg.resume!r} with several processes and --loop {loop}: only a "
                           "multi-host run of the Anakin loop (gymnax envs) or the Sebulba loop (envpool) can be "
@@ -292,9 +286,11 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     loop = cfg.loop
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
-            # Sebulba on any number of processes, but --compressor auto across processes (each process's
-            # compressor thread would decide alone): the sequential loop, where the processes agree.
-            loop = "sebulba" if num_processes == 1 or cfg.compressor != "auto" else "sequential"
+            # Sebulba on any number of processes, but auto's candidates across processes (each process's
+            # compressor thread would decide alone; refuse_running_candidates): the sequential loop, where the
+            # processes agree. A run whose gate is on is the run of what the gate resolves to, if it does.
+            candidates = cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0
+            loop = "sebulba" if num_processes == 1 or not candidates else "sequential"
         elif cfg.agent == "search":
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
         elif cfg.distill_async and replicas.count(cfg) == 1:
@@ -316,7 +312,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
                           "use --loop anakin or auto")
     check_normalize(cfg, loop, jittable)
     if cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0:  # the gate is off: auto's candidates run
-        refuse_running_candidates(cfg, "--auto-min-actor-share 0")
+        refuse_running_candidates(cfg, "--auto-min-actor-share 0", loop, num_processes)
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
     check_sebulba(cfg, loop)
@@ -331,14 +327,20 @@ def normalize_flags(cfg: Config) -> list[str]:
                             ("--normalize-rewards", cfg.normalize_rewards)) if on]
 
 
-def refuse_running_candidates(cfg: Config, why: str) -> None:
+def refuse_running_candidates(cfg: Config, why: str, loop: str, num_processes: int) -> None:
     """Refuse what a run of auto's candidates (:class:`~accerl_jax.compressor.auto.AutoCompressor`) cannot
-    do: each seed or sweep value of one vmapped program would take its own compression decisions, and
-    the candidates do not carry normalisation statistics. ``why``: why the run runs the candidates.
+    do: each seed or sweep value of one vmapped program would take its own compression decisions, the
+    candidates do not carry normalisation statistics, and in the Sebulba ``loop`` of several processes each
+    process's compressor thread would decide alone. ``why``: why the run runs the candidates.
 
     Raises:
-      ConfigError: ``--num-seeds`` > 1, ``--sweep``, ``--normalize-observations`` or ``--normalize-rewards``.
+      ConfigError: ``--num-seeds`` > 1, ``--sweep``, ``--normalize-observations`` or ``--normalize-rewards``;
+        the Sebulba loop with ``num_processes`` > 1.
     """
+    if loop == "sebulba" and num_processes > 1:
+        raise ConfigError(f"bad --compressor auto with --loop sebulba and several processes ({why}): each process's "
+                          "compressor thread would take its decisions alone, and the processes must agree; "
+                          "use a fixed --compressor, or --loop sequential")
     if cfg.num_seeds > 1:
         raise ConfigError(f"bad --num-seeds {cfg.num_seeds} with --compressor auto ({why}): each seed takes its own "
                           "compression decisions, so the seeds cannot share one vmapped program; run the seeds "
