@@ -261,7 +261,7 @@ def check_multi_host(cfg: Config, loop: str) -> None:
         if cfg.sweep:
             raise ConfigError(f"bad --sweep {' '.join(cfg.sweep)} with several processes: train one value per "
                               "multi-host run (its own flags), or sweep on one process")
-    elif cfg.resume is not None:
+    elif loop == "sequential" and cfg.resume is not None:
         raise ConfigError(f"bad --resume {cfg.resume!r} with several processes and --loop {loop}: only a "
                           "multi-host run of the Anakin loop (gymnax envs) or the Sebulba loop (envpool) can be "
                           "resumed (the sequential loop's actors keep process-local env state); start a new run")
@@ -272,7 +272,8 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     """The loop ``cfg.loop`` names, ``auto`` resolved, and the refusals of what that loop cannot run.
 
     ``auto``: ``anakin`` for gymnax envs (``sequential`` with ``--distill-async``), ``sebulba`` for envpool
-    (``sequential`` for ``--compressor auto`` with several processes); a conv net (``family`` ``"cnn"`` or ``"impala"``,
+    (``sequential`` for auto's candidates with several processes: ``--compressor auto
+    --auto-min-actor-share 0``); a conv net (``family`` ``"cnn"`` or ``"impala"``,
     :func:`accerl_jax.platform.xla.is_conv`) on CPU (``backend``
     ``"cpu"``) with one seed moves from Anakin to the sequential loop: its gradient steps inside one
     XLA:CPU program run many times slower than as separate calls (docs/DESIGN.md, "Known XLA:CPU
