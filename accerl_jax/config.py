@@ -46,16 +46,18 @@ class Config:
     """Environment: 'gymnax:<id>' (e.g. gymnax:CartPole-v1, gymnax:Breakout-MinAtar), 'envpool:<id>'
     (e.g. envpool:Pong-v5, envpool:Breakout-v5, envpool:CartPole-v1) or, with --agent search, a two-player
     board game by self-play, 'pgx:<game>' (e.g. pgx:connect_four, pgx:tic_tac_toe)."""
-    compressor: str = "none"
-    """Actor policy compressor: 'none' (default: the learner's own policy, the fastest choice where actor,
-    learner and compression share one CPU; see README "Where compression pays");
+    compressor: str = "auto"
+    """Actor policy compressor: 'auto' (default; below), 'none' (the learner's own policy);
     'distill:<tiny|small|half>' (distillation into a smaller student); 'prune:<fraction>' (structured
     pruning: a smaller network), 'prune:<f>+distill' (pruned, then
     fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
     global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',
     'fakequant:<bits 2-8>'. Chain with '+': network stage, then mask, then one quantizer, e.g.
-    'distill:small+int8', 'prune:0.5+int8', 'mask:0.9+fakequant:8'. 'auto': choose among
-    --auto-candidates while training, the fastest whose KL from the learner stays <= --max-actor-kl."""
+    'distill:small+int8', 'prune:0.5+int8', 'mask:0.9+fakequant:8'. 'auto': first counts the actor's
+    share of an update by FLOPs; under --auto-min-actor-share the run is the 'none' run (the model-free
+    runs here: a few percent, where no compressor can pay; README "Where compression pays"); else a search
+    run picks the fastest of --auto-candidates before training and a model-free run chooses among them
+    while training, the fastest whose KL from the learner stays <= --max-actor-kl."""
     max_actor_kl: float = 0.05
     """--compressor auto: the bound on KL(π_learner ‖ π_actor) in nats; auto runs the fastest candidate
     measured under it (the most faithful if none is), and re-evaluates when the running one exceeds it."""

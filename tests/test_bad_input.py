@@ -216,7 +216,7 @@ CASES = [
      ["different configuration", "--env 'gymnax:CartPole-v1' (checkpoint) vs 'gymnax:Acrobot-v1' (now)",
       "--resume alone takes them"], SUB),
     ("resume-other-compressor", lambda t: _resume()(t) + ["--compressor", "distill:tiny"], None,
-     ["different configuration", "--compressor 'none' (checkpoint) vs 'distill:tiny' (now)"], ""),
+     ["different configuration", "--compressor 'auto' (checkpoint) vs 'distill:tiny' (now)"], ""),
     ("resume-smaller-budget", lambda t: _resume()(t) + ["--total-steps", "64"], None,
      ["bad --total-steps 64 with --resume", "a budget of 1 update, fewer than the 2 its checkpoint has done",
       "--total-steps 192 or more"], ""),

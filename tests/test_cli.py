@@ -63,13 +63,15 @@ def test_cli_gymnax_smoke(tmp_path):
                    "--log-every", "4", "--logdir", logdir, "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = check_outputs(logdir, 1024)
-    # The defaults: the learner's own policy acts (speedup 1 by definition), APPO with 8 epochs, MLP(64, 64).
+    # The defaults: --compressor auto's gate keeps none (the learner's own policy acts: speedup 1 by
+    # definition), APPO with 8 epochs, MLP(64, 64).
     assert summary["env"] == "gymnax:CartPole-v1" and summary["compressor"] == "none"
+    assert summary["auto_gate"]["resolved"] == "none"
     assert summary["actor_params"] == summary["learner_params"] and summary["actor_policy_speedup"] == 1.0
     assert (summary["loss"], summary["epochs"], summary["minibatches"]) == ("appo", 8, 1)
     assert summary["learner_network"]["widths"] == [64, 64]
     assert summary["episodes"] > 0 and summary["final_return_mean"] > 0
-    assert "Compressor none: actors run the learner's own policy" in proc.stdout and "actor speed" in proc.stdout
+    assert "Compressor auto kept none: the actor is" in proc.stdout and "actor speed" in proc.stdout
 
 
 def test_cli_envpool_smoke(tmp_path):

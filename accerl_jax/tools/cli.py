@@ -87,7 +87,7 @@ SHORT_HELP = {
     "preset": "named settings: " + ", ".join(PRESETS),
     "config": "a YAML or TOML file of settings (flag names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
-    "compressor": "the actors' policy: none, distill:small, prune:0.5, int8, bf16, auto, ...",
+    "compressor": "the actors' policy: auto (compress only where the actor is most of an update), none, distill:small, int8, ...",
     "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
     "loss": "appo, actor-critic or auto",
     "total_steps": "budget in agent steps, summed over the envs",
