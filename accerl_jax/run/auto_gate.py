@@ -125,9 +125,10 @@ def pick_fastest(auto_compressor, params, obs_shape: tuple, obs_dtype: str, batc
     time depends on shapes and dtypes only).
 
     A compressed candidate is chosen only if it is at least :data:`MIN_SPEEDUP` times as fast as the
-    uncompressed network (``none`` where it is a candidate, else the learner's forward); otherwise
-    ``none``: at small batches the forward times are within a few percent of each other and timing noise
-    would decide.
+    uncompressed network (the faster of ``none``'s time, where it is a candidate, and the learner's
+    forward: the same network timed twice, so a slow timing of one cannot make a candidate look faster);
+    otherwise ``none``: at small batches the forward times are within a few percent of each other and
+    timing noise would decide.
 
     Returns:
       ``(spec, {spec: seconds per forward}, learner's seconds per forward)``.
@@ -137,7 +138,7 @@ def pick_fastest(auto_compressor, params, obs_shape: tuple, obs_dtype: str, batc
     seconds = auto_compressor.forward_seconds(zeros, obs)
     base = auto_compressor.base_forward_s
     fastest = min(seconds, key=seconds.get)
-    uncompressed = seconds.get("none", base)
+    uncompressed = min(seconds.get("none", base), base)
     if fastest != "none" and seconds[fastest] * MIN_SPEEDUP > uncompressed:
         fastest = "none"
     return fastest, seconds, base
