@@ -285,12 +285,14 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
     """
     jittable = cfg.env.startswith(JITTABLE_BACKENDS)
     loop = cfg.loop
+    # auto's candidates run from the start: the gate is off. With it on, the run is what the gate resolves
+    # to, if it does (refused after its count otherwise: accerl_jax.run.build.count_gate).
+    candidates = cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0
     if loop == "auto":
         if cfg.env.startswith("envpool:"):
             # Sebulba on any number of processes, but auto's candidates across processes (each process's
             # compressor thread would decide alone; refuse_running_candidates): the sequential loop, where the
-            # processes agree. A run whose gate is on is the run of what the gate resolves to, if it does.
-            candidates = cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0
+            # processes agree.
             loop = "sebulba" if num_processes == 1 or not candidates else "sequential"
         elif cfg.agent == "search":
             loop = "anakin"  # the search runs inside the Anakin program only (for now)
@@ -312,7 +314,7 @@ def choose_loop(cfg: Config, *, num_processes: int = 1, local_devices: int = 1, 
         raise ConfigError(f"bad --loop {cfg.loop} with --agent search: the search runs in the Anakin loop only; "
                           "use --loop anakin or auto")
     check_normalize(cfg, loop, jittable)
-    if cfg.compressor == "auto" and cfg.auto_min_actor_share <= 0:  # the gate is off: auto's candidates run
+    if candidates:
         refuse_running_candidates(cfg, "--auto-min-actor-share 0", loop, num_processes)
     if loop == "anakin":
         check_anakin(cfg, jittable, local_devices)
