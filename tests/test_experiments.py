@@ -358,3 +358,24 @@ def test_the_page_names_runs_kept_over_several_sittings_or_at_another_revision()
     assert lines[2:-1] == [f"- `Pong-v5` seed 1: started at git {other[:12]}; resumed from update 976 at git {rev[:12]}"]
     r["runs"]["Pong-v5"] = r["runs"]["Pong-v5"][:1]
     assert page.kept_lines(r) == []
+
+
+def test_auto_against_none_on_the_default_job_is_the_same_run_and_the_page_says_so(tmp_path):
+    out = tmp_path / "results" / "this-machine"
+    assert main(["run", "auto_vs_none_default_job", "--quick", "--out", str(out)]) == 0
+    r = json.loads((out / "auto_vs_none_default_job.json").read_text())
+    assert r["same_run"] == {"auto (the default)": {"equal": 1, "of": 1, "resolved": ["none"]}}
+    auto, none = r["runs"]["auto (the default)"][0], r["runs"]["none"][0]
+    assert auto["auto_resolved"] == "none" and "auto_resolved" not in none
+    assert auto["learner_params_digest"] == none["learner_params_digest"]
+    text = page.page(str(tmp_path / "results"))
+    assert ("- `auto (the default)`: the same learner parameters (digest) as `none` in 1 of 1 runs; "
+            "`--compressor auto` resolved to: none") in text
+
+
+def test_same_run_counts_equal_digests_per_seed_and_round_only():
+    runs = {"none": [dict(seed=0, round=0, learner_params_digest="a"), dict(seed=1, round=0, learner_params_digest="b")],
+            "auto": [dict(seed=0, round=0, learner_params_digest="a", auto_resolved="none"),
+                     dict(seed=1, round=0, learner_params_digest="a", auto_resolved="distill:tiny"),
+                     dict(seed=2, round=0, learner_params_digest="c", auto_resolved="none")]}
+    assert kinds.same_run(runs, "none") == {"auto": {"equal": 1, "of": 2, "resolved": ["distill:tiny", "none"]}}

@@ -138,8 +138,11 @@ def summary_keys(run: dict) -> dict:
     keep = ("final_return_mean", "wall_time_s", "steps_per_s", "total_env_steps", "startup_before_train_s",
             "kl_learner_actor", "action_agreement", "actor_params", "learner_params", "actor_time_s",
             "learner_time_s", "compress_time_s", "policy_lag_mean", "compile_cache_hits", "compile_cache_misses",
-            "actor_policy_speedup", "search_agreement", "network_evaluations_per_step")
+            "actor_policy_speedup", "search_agreement", "network_evaluations_per_step", "learner_params_digest",
+            "compressor")
     out = {k: run.get(k) for k in keep if k in run}
+    if run.get("auto_gate"):  # --compressor auto: what its gate resolved the run to ("none", or a compressor)
+        out["auto_resolved"] = run["auto_gate"].get("resolved")
     split = run.get("cost_split") or {}
     flops = split.get("flops") or {}
     if "ceiling" in flops:  # the uncompressed actor's share of an update by FLOPs: Amdahl's p (kinds.amdahl)

@@ -485,4 +485,26 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
         out["verdict"] = verdict(table, labels, quality_metric(b))
         out["amdahl"] = amdahl(runs, labels)
+    if o.get("same_run") and b.ratio:
+        out["same_run"] = same_run(runs, b.ratio[1])
+    return out
+
+
+def same_run(runs: dict, base: str) -> dict:
+    """Per configuration other than ``base``: ``equal``, how many of its runs end with the same learner
+    parameter digest as ``base``'s run of the same seed and round, ``of`` how many have both, and
+    ``resolved``: what ``--compressor auto`` resolved each run to (its summary's ``auto_gate``; None where
+    the run was not an auto run) -- whether two configurations are the same training run."""
+    def by_key(rs):
+        return {(r["seed"], r["round"]): r for r in rs if "skipped" not in r}
+
+    baseline = by_key(runs[base])
+    out = {}
+    for label, rs in runs.items():
+        if label == base:
+            continue
+        pairs = [(r, baseline[k]) for k, r in by_key(rs).items() if k in baseline]
+        digests = [(r.get("learner_params_digest"), b.get("learner_params_digest")) for r, b in pairs]
+        out[label] = dict(equal=sum(a is not None and a == d for a, d in digests), of=len(digests),
+                          resolved=sorted({str(r.get("auto_resolved")) for r, _ in pairs}))
     return out

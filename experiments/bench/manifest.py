@@ -86,6 +86,18 @@ BENCHMARKS = (
         dict(target=CARTPOLE_TARGET, seeds=[0, 1, 2]),
         dict(seeds=[0], flags=["--total-steps", "1024"], peer_steps=1024, rerun=False),
         references=REFERENCES[:1]),
+    Benchmark(
+        "auto_vs_none_default_job", "process",
+        "Whole-process seconds (compilation included, an empty compilation cache each) and final return of the "
+        "default job on CartPole-v1 with its default --compressor auto (its gate counts the actor's share of an "
+        "update before training and keeps none below 50%) against the same job with --compressor none, and "
+        "whether the two train the same run (the learner parameters' digest).",
+        "issue 31 item 6: auto the same run as none (equal digests) in the same whole time within noise "
+        "(ratio ≤ 1.05)",
+        {"auto (the default)": {"flags": []}, "none": {"flags": ["--compressor", "none"]}},
+        ("process_s", "none"),
+        dict(seeds=[0, 1, 2], same_run=True),
+        dict(seeds=[0], flags=["--total-steps", "1024"])),
     *(Benchmark(
         f"minatar_{short}_vs_purejaxrl", "process",
         f"Whole-process seconds (compilation included) and final return (mean of the last 100 episodes) at 2M "

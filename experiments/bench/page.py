@@ -84,7 +84,16 @@ def section(b, results: dict) -> list[str]:
                       f"(c): {'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final {quality}: "
                       f"{'yes' if v['equal_final_return'] else 'no'}).", ""]
         lines += amdahl_lines(r.get("amdahl") or {})
+        lines += same_run_lines(r.get("same_run") or {}, b.ratio[1] if b.ratio else "")
     return lines
+
+
+def same_run_lines(checks: dict, base: str) -> list[str]:
+    """One line per configuration of a benchmark that checks it trains the same run as ``base``
+    (:func:`experiments.bench.kinds.same_run`)."""
+    lines = [f"- `{label}`: the same learner parameters (digest) as `{base}` in {c['equal']} of {c['of']} runs; "
+             f"`--compressor auto` resolved to: {', '.join(c['resolved'])}" for label, c in checks.items()]
+    return lines + [""] if lines else []
 
 
 def kept_lines(r: dict) -> list[str]:
