@@ -341,6 +341,19 @@ def test_a_benchmark_kept_over_two_calls_is_one_result(tmp_path, monkeypatch):
     assert main(argv) == 0
     first = json.loads((tmp_path / "out" / "quality_classic.json").read_text())
     assert os.path.isdir(kinds.kept_folder(str(tmp_path / "kept"), "quality_classic", "CartPole-v1", 0, 0))
+    # What a commit of the folder keeps (git ignores the checkpoints and the lock): a clone reads it back.
+    import shutil
+    import subprocess
+
+    for root, dirs, files in os.walk(tmp_path / "kept"):
+        for d in [d for d in dirs if d == "checkpoints"]:
+            shutil.rmtree(os.path.join(root, d))
+        for f in [f for f in files if f == ".lock"]:
+            os.remove(os.path.join(root, f))
+    in_repo = os.path.join("experiments", "bench", "kept", "quality_classic", "CartPole-v1", "seed0-round0")
+    for ignored in ("checkpoints/000004/state.msgpack", ".lock"):
+        assert subprocess.run(["git", "check-ignore", "-q", os.path.join(in_repo, ignored)], cwd=REPO).returncode == 0
+    assert subprocess.run(["git", "check-ignore", "-q", os.path.join(in_repo, "summary.json")], cwd=REPO).returncode == 1
     monkeypatch.setattr(accerl_jax, "run_training_result", lambda cfg: pytest.fail("a finished kept run trained again"))
     assert main(argv) == 0
     second = json.loads((tmp_path / "out" / "quality_classic.json").read_text())
