@@ -97,7 +97,8 @@ BENCHMARKS = (
         {"auto (the default)": {"flags": []}, "none": {"flags": ["--compressor", "none"]}},
         ("process_s", "none"),
         dict(seeds=[0, 1, 2], same_run=True),
-        dict(seeds=[0], flags=["--total-steps", "1024"])),
+        dict(seeds=[0], flags=["--total-steps", "1024"]),
+        columns=(("process_s", "whole process s", ".1f"), ("final_return_mean", "final return", ".1f"))),
     *(Benchmark(
         f"minatar_{short}_vs_purejaxrl", "process",
         f"Whole-process seconds (compilation included) and final return (mean of the last 100 episodes) at 2M "
