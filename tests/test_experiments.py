@@ -111,7 +111,10 @@ def test_record_names_the_machine_revision_packages_and_load():
     (["run", "all", "--seeds", "1,1"], "--seeds"), (["run", "all", "--seeds", "-1"], "--seeds"),
     (["run", "all", "--stoix", "/nowhere", "--stoix-python", sys.executable], "'/nowhere'"),
     (["run", "loop_throughput", "--keep-runs", "/tmp"], "--keep-runs"),
-    (["run", "quality_classic", "--keep-runs", __file__], repr(__file__))])
+    (["run", "quality_classic", "--keep-runs", __file__], repr(__file__)),
+    (["run", "auto_vs_none_default_job", "--quick", "--out", "/dev/null/x"], "'/dev/null/x': cannot make that folder"),
+    (["run", "quality_classic", "--out", __file__], "a file; expected a folder"),
+    (["run", "quality_classic", "--out", "/proc/accerl-bench-test/x"], "cannot make that folder")])
 def test_bad_input_exits_2_with_one_line(argv, names, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)

@@ -35,6 +35,20 @@ def _flag(args, flag: str):
     return getattr(args, flag.lstrip("-").replace("-", "_"))
 
 
+def _folder_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a folder this process writes, or None. The folder is made here if missing (before
+    any run, so that no run's result is lost to a bad ``--out`` after hours of training)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "a file; expected a folder (made if missing)"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        return f"cannot make that folder ({err.strerror})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "not a writable folder"
+    return None
+
+
 def parse(argv):
     p = Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -72,8 +86,11 @@ def parse(argv):
             if not kept:
                 p.error(f"bad --keep-runs with {args.name}: a {BY_NAME[args.name].kind} benchmark; runs are kept only by "
                         f"{' and '.join(kinds.KEEPS_RUNS)} benchmarks (e.g. quality_atari_pong)")
-            if os.path.exists(args.keep_runs) and not os.path.isdir(args.keep_runs):
-                p.error(f"bad --keep-runs {args.keep_runs!r}: a file; expected a folder (made if missing)")
+        for flag in ("--keep-runs", "--out"):  # checked before any run, so that no run's result is lost
+            value = _flag(args, flag)
+            problem = _folder_problem(value) if value is not None else None
+            if problem:
+                p.error(f"bad {flag} {value!r}: {problem}")
         if args.repeats is not None and args.repeats < 1:
             p.error(f"bad --repeats {args.repeats}; expected a positive integer")
         for name, peer in kinds.PEERS.items():
@@ -112,8 +129,10 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     args = parse(argv)
     if args.command == "list":
+        width = max(len(b.name) for b in BENCHMARKS)
         for b in BENCHMARKS:
-            print(f"{b.name:<28} {b.kind:<12} {b.measures.split('. ')[0]}")
+            first = b.measures.split(". ")[0].rstrip(".")
+            print(f"{b.name:<{width}}  {b.kind:<12} {first}.")
     elif args.command == "run":
         try:
             run(args)
