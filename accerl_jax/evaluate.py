@@ -238,6 +238,8 @@ def evaluate(args: Args) -> dict:
                                seed=args.seed, seed_index=args.seed_index)
     out_dir = own_folder(trained, args.seed_index)
     out_path = os.path.join(out_dir, EVAL_FILE)
+    # Which run of a run of several (--num-seeds, --sweep) this is: its own folder's name; None for a single run.
+    replica = None if os.path.samefile(out_dir, trained.run_dir) else os.path.basename(out_dir)
     if not os.access(out_dir, os.W_OK):
         raise ConfigError(f"bad {trained_lib.WHAT} {args.run_dir!r}: cannot write {EVAL_FILE} in {out_dir} (no "
                           "write permission); copy the run folder somewhere writable")
@@ -248,7 +250,7 @@ def evaluate(args: Args) -> dict:
         if args.video is not None:
             raise ConfigError(f"bad --video {args.video!r} for {trained.cfg.env}: a two-player game is evaluated by "
                               "matches, which film nothing; drop --video")
-        record = _two_player_record(trained, args, search)
+        record = dict(_two_player_record(trained, args, search), run=replica, written=out_path)
         monitor.atomic_write(out_path, json.dumps(record, indent=2) + "\n")
         return record
     played = play(trained, args.episodes, greedy=args.greedy, seed=args.seed, progress=args.progress, search=search)
@@ -264,6 +266,8 @@ def evaluate(args: Args) -> dict:
         "num_envs": args.num_envs,
         "seed": args.seed,
         "seed_index": args.seed_index,
+        "run": replica,  # the evaluated run's own folder in a run of several (seed<k>, <name>=<value>-seed<k>)
+        "written": out_path,
         "return": stats(played["returns"]),
         "length": stats(played["lengths"]),
     }
@@ -330,20 +334,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     searched = "" if record["search_simulations"] is None else f", search of {record['search_simulations']} simulations"
+    which = f", run {record['run']}" if record.get("run") else ""
     if "matches" in record:
         print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "
-              f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}{searched}), "
+              f"{record['checkpoint_update']}{which}{', greedy' if record['greedy'] else ''}{searched}), "
               f"{record['episodes']} games per opponent, half each colour:")
         for name, m in record["matches"].items():
             what = "uniformly random legal moves" if name == "random" else \
                 f"MCTS, {record['opponent_simulations']} simulations, random rollouts"
             print(f"  vs {name} ({what}): win {m['wins']} draw {m['draws']} loss {m['losses']}")
-        print(f"written: {os.path.join(record['run_dir'], EVAL_FILE)}")
+        print(f"written: {record['written']}")
         return 0
     r, n = record["return"], record["length"]
-    searched = "" if record["search_simulations"] is None else f", search of {record['search_simulations']} simulations"
     print(f"{record['env']} {record['policy']} policy (compressor {record['compressor']}, checkpoint "
-          f"{record['checkpoint_update']}{', greedy' if record['greedy'] else ''}{searched}): {record['episodes']} episodes, "
+          f"{record['checkpoint_update']}{which}{', greedy' if record['greedy'] else ''}{searched}): {record['episodes']} episodes, "
           f"return {r['mean']:.2f} ± {r['std']:.2f} (min {r['min']:.1f}, max {r['max']:.1f}), "
           f"length {n['mean']:.1f} ± {n['std']:.1f}")
     if "eval_obs_kl_learner_actor" in record:
@@ -353,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              f"{record['run_action_agreement']:.3f})" if run_kl is not None else ""))
     if "video" in record:
         print(f"video ({record['video_frames']} frames): {record['video']}")
-    print(f"written: {os.path.join(record['run_dir'], EVAL_FILE)}")
+    print(f"written: {record['written']}")
     return 0
 
 

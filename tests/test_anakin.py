@@ -294,8 +294,14 @@ def test_num_seeds_trains_independent_seeds_each_with_its_summary(single, tmp_pa
     for k, record in enumerate(records):
         with open(os.path.join(logdir, f"seed{k}", evaluate.EVAL_FILE)) as f:
             assert json.load(f) == record and record["seed_index"] == k
+        assert record["run"] == f"seed{k}" and record["written"] == os.path.join(logdir, f"seed{k}", evaluate.EVAL_FILE)
         assert record["run_kl_learner_actor"] == per_seed[k]["kl_learner_actor"]
     assert not os.path.exists(os.path.join(logdir, evaluate.EVAL_FILE))
+    # The CLI names the evaluated run and the file it wrote (it had printed <RUN_DIR>/eval.json, not written).
+    capsys.readouterr()
+    assert evaluate.main([str(logdir), "--seed-index", "1", "--episodes", "2", "--num-envs", "2", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert ", run seed1)" in printed and f"written: {os.path.join(logdir, 'seed1', evaluate.EVAL_FILE)}\n" in printed
 
 
 @pytest.mark.slow

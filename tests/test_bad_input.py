@@ -102,6 +102,8 @@ def _config(t):
 CASES = [
     ("switch-with-value", lambda t: _over(t) + ["--progress", "off"], None,
      ["bad --progress 'off'", "takes no value", "--no-progress for the opposite"], SUB),
+    ("switch-with-a-word", lambda t: _over(t) + ["--progress", "bogus"], None,
+     ["bad --progress 'bogus'", "takes no value", "--no-progress for the opposite"], SUB),
     ("switch-with-equals", lambda t: _over(t) + ["--no-anneal-lr=true"], None,
      ["bad --no-anneal-lr 'true'", "write --no-anneal-lr alone (--anneal-lr for the opposite)"], ""),
     ("normalize-auto", lambda t: _over(t) + ["--normalize-observations", "--compressor", "auto",

@@ -348,6 +348,12 @@ BAD = [  # (id, cli "evaluate"/"export", args(tmp, run), prepare(run), parts of 
     # /proc passes the access() check (as root) but refuses mkdir: still one line, not a traceback.
     ("out-cannot-mkdir", "export", lambda t, r: [r, "--out", "/proc/accerl-export-test"], None,
      ["bad --out '/proc/accerl-export-test'", "cannot"]),
+    # a missing required argument: one line naming it and the usage (tyro printed a box of 9 lines)
+    ("no-run-dir", "evaluate", lambda t, r: ["--episodes", "2"], None,
+     ["missing RUN_DIR", "usage: python -m accerl_jax.evaluate RUN_DIR [FLAGS]"]),
+    ("no-run-dir-after-flags", "export", lambda t, r: ["--out", str(t / "o"), "--seed", "3"], None,
+     ["missing RUN_DIR", "usage: python -m accerl_jax.export RUN_DIR [FLAGS]"]),
+    ("no-out", "export", lambda t, r: [r], None, ["missing --out, which is required", "--help lists every flag"]),
 ]
 
 

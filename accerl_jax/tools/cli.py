@@ -275,7 +275,8 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
     for token in argv:
         if token == "--":  # what follows is values only
             return
-        if previous in switches and token.lower() in SWITCH_WORDS:  # --progress off: tyro's box otherwise
+        if previous in switches and (token.lower() in SWITCH_WORDS or  # --progress off: tyro's box otherwise
+                                     not token.startswith("-") and not positional_fields(cls)):  # --progress x
             raise _switch_error(previous, token, known)
         previous = _normal(token) if token.startswith("--") else None
         if previous in switches and "=" in token:  # --progress=off
@@ -291,6 +292,44 @@ def check_flags(argv: list[str], cls=Config, prog: str = "python -m accerl_jax.t
         close = [flag(ours)] if ours else difflib.get_close_matches(_normal(name), sorted(known - {"-h"}), n=2)
         hint = f" (perhaps {' or '.join(close)})" if close else ""
         raise ConfigError(f"unknown flag {name}{hint}; {every}")
+
+
+def positional_fields(cls) -> list[str]:
+    """The fields of dataclass ``cls`` given without a flag (``tyro.conf.Positional``: evaluate's RUN_DIR)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return [f.name for f in dataclasses.fields(cls) if "Positional" in repr(hints[f.name])]
+
+
+def check_required(argv: list[str], cls, prog: str) -> None:
+    """Refuse a command line of dataclass ``cls`` that lacks a required argument (a field without a default:
+    a positional such as RUN_DIR, or a flag such as export's ``--out``) in one line naming it and the usage;
+    nothing is checked when ``argv`` asks for help.
+
+    Raises:
+      ConfigError: for the first missing argument (tyro would print a box of several lines instead).
+    """
+    if HELP_FLAGS & set(argv):
+        return
+    switches, positional = switch_flags(cls), positional_fields(cls)
+    bare, previous = [], None  # the tokens that are no flag's value: the positionals
+    for i, token in enumerate(argv):
+        if token == "--":
+            bare += argv[i + 1:]
+            break
+        if token.startswith("--"):
+            previous = None if "=" in token else _normal(token)
+            continue
+        if previous is None or previous in switches:
+            bare.append(token)
+        previous = None
+    given = {_normal(t) for t in argv if t.startswith("--")}
+    usage = f"usage: {prog} {' '.join(f.upper() for f in positional)} [FLAGS]; {prog} --help lists every flag"
+    for name in [f.name for f in dataclasses.fields(cls)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]:
+        if name in positional and len(bare) <= positional.index(name):
+            raise ConfigError(f"missing {name.upper()}, the run folder to read; {usage}")
+        if name not in positional and flag(name) not in given:
+            raise ConfigError(f"missing {flag(name)}, which is required; {usage}")
 
 
 def numeric_flags(cls=Config) -> dict[str, str]:
@@ -356,6 +395,7 @@ def parse_args(cls, argv: list[str] | None, prog: str):
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     check_flags(argv, cls, prog)
+    check_required(argv, cls, prog)
     return tyro.cli(cls, args=check_numbers(argv, cls), prog=prog)
 
 
