@@ -159,6 +159,19 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path):
     assert sorted(os.listdir(logdir)) == ["summary.json"]
 
 
+def test_a_budget_under_one_update_says_it_trains_one(tmp_path, capsys):
+    """--total-steps rounds down to whole updates, but never to none: a budget under one update trains one,
+    and says so (it had silently trained 256 env steps for --total-steps 100)."""
+    args = ["--num-envs", "4", "--rollout-length", "8", "--loop", "sequential", "--no-progress"]
+    assert train_cli.main(["--total-steps", "20", *args, "--logdir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "--total-steps 20 is less than one update: training one, 32 env steps" in out
+    with open(tmp_path / "a" / "summary.json") as f:
+        assert json.load(f)["total_env_steps"] == 32
+    assert train_cli.main(["--total-steps", "40", *args, "--logdir", str(tmp_path / "b")]) == 0
+    assert "less than one update" not in capsys.readouterr().out  # rounded down to 32: as documented
+
+
 def test_help_into_a_reader_that_stops_early_exits_0_without_a_traceback():
     """``python -m accerl_jax.train --help | head``: the reader closes the pipe after a few lines."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))

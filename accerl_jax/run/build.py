@@ -284,6 +284,9 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         changes = plan_lib.resume_changes(resume_point.meta["config"], config_json)
         if changes:  # one line: what this session changed of the run's own settings
             print(f"resume: {', '.join(changes)} (the run's own otherwise)", flush=True)
+    if cfg.total_steps < steps_per_update and pid == 0:  # rounded up, not down as the budget's help says
+        print(f"--total-steps {cfg.total_steps:,} is less than one update: training one, {steps_per_update:,} env "
+              "steps (--num-envs x --rollout-length over all processes)", flush=True)
     # The pieces, and --compressor auto's count, before anything is written: the gate may refuse what a run
     # of auto's candidates cannot do (accerl_jax.run.plan.refuse_running_candidates).
     k_net, k_comp, k_actor = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
