@@ -533,3 +533,23 @@ def test_a_checkpoints_flush_puts_the_tensorboard_rows_on_disk(tmp_path, monkeyp
     monitor.flush()  # what the driver calls before each checkpoint
     assert read_tensorboard(str(tmp_path))["losses/loss"] == [(0, 0.5)]
     monitor.close()
+
+
+def test_progress_bar_rate_is_the_rate_since_its_previous_move(tmp_path):
+    """The bar shows what training runs at now (as the summary's 'training only' rate), not the mean since
+    the start with compilation in it: 100 steps in the first 10 s (compiling), then 400 in 2 s."""
+    import time
+
+    monitor = Monitor(str(tmp_path / "run"), 1000, progress=True)
+    moves = []
+    monitor._console.update = lambda **fields: moves.append(fields)
+    monitor.start = time.perf_counter() - 10.0
+    monitor.record_steps(100)
+    monitor.progress()
+    monitor.start -= 2.0  # two more seconds have passed
+    monitor.record_steps(400)
+    monitor.progress()
+    monitor._console.update = lambda **fields: None
+    monitor.close()
+    assert moves[0]["sps"] == pytest.approx(10.0, rel=0.02)  # the first move: the mean so far
+    assert moves[1]["sps"] == pytest.approx(200.0, rel=0.02) and moves[1]["completed"] == 500

@@ -58,6 +58,7 @@ class Monitor:
         self._jsonl = JsonlSink(os.path.join(logdir, "metrics.jsonl"), append)
         self._wandb = WandbSink(wandb, logdir) if wandb is not None else None
         self._console = ConsoleSink(total_steps, progress, table_every)
+        self._bar_last = (0, 0.0)  # (env steps, wall seconds) at the progress bar's previous move
 
     # The stage times (accerl_jax.monitor.stages).
     @property
@@ -225,9 +226,15 @@ class Monitor:
             ret = f"{self.return_mean:.1f}" if self.has_returns else "-"
             word = self.replica_word
             phase = f"train x{len(self.seeds)} {word}s" if self.seeds else "train"  # steps per replica, mean return
-            # The mean rate since the bar started (compilation included), of one seed's steps with --num-seeds.
-            self._console.update(completed=self.env_steps, phase=phase, sps=self.env_steps / max(self.wall_time, 1e-9),
-                                 ret=ret, unit=f"steps/s/{word}" if self.seeds else "steps/s")
+            # The rate since the bar's previous move (one seed's steps with --num-seeds): what training runs at
+            # now, as the summary's 'training only' rate, not the run's mean with compilation in it (the rows'
+            # steps_per_s), which had read 25k steps/s beside a summary of 100k. The first move: the mean.
+            steps, wall = self.env_steps, self.wall_time
+            last_steps, last_wall = self._bar_last
+            sps = (steps - last_steps) / (wall - last_wall) if last_wall and wall > last_wall else steps / max(wall, 1e-9)
+            self._bar_last = (steps, wall)
+            self._console.update(completed=steps, phase=phase, sps=sps, ret=ret,
+                                 unit=f"steps/s/{word}" if self.seeds else "steps/s")
 
     def flush(self) -> None:
         """Write the row files' buffered rows now (``metrics.csv``, ``metrics.jsonl``, the TensorBoard events;
