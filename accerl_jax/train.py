@@ -141,8 +141,9 @@ def _report(summary: dict) -> None:
     if summary["logdir"] is None:
         print("outputs: written by process 0 only")
     else:
-        print(f"outputs (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard events): "
-              f"{summary['logdir']}; plot with: {plot_command(summary)}")
+        # Three lines, each within 80 columns but for the path itself.
+        print(f"outputs: {summary['logdir']}\n  (summary.json, metrics.csv, metrics.jsonl, curves.png, TensorBoard "
+              f"events)\nplot with: {plot_command(summary)}")
 
 
 def diverged_message(summary: dict) -> str:

@@ -72,6 +72,14 @@ def test_cli_gymnax_smoke(tmp_path):
     assert summary["learner_network"]["widths"] == [64, 64]
     assert summary["episodes"] > 0 and summary["final_return_mean"] > 0
     assert "Compressor auto kept none: the actor is" in proc.stdout and "actor speed" in proc.stdout
+    # Every printed line within 80 columns but for the run folder's path (the outputs line had been 231).
+    assert f"outputs: {logdir}\n" in proc.stdout and f"plot with: python -m accerl_jax.plot {logdir}\n" in proc.stdout
+    import unicodedata
+
+    def columns(line: str) -> int:  # ρ̄ is two code points in one column
+        return sum(not unicodedata.combining(c) for c in line)
+
+    assert all(columns(line.replace(logdir, "")) <= 80 for line in proc.stdout.splitlines()), proc.stdout
 
 
 def test_cli_envpool_smoke(tmp_path):

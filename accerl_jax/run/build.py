@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import os
 import tempfile
+import textwrap
 import time
 import uuid
 from typing import Any, Callable
@@ -523,7 +524,7 @@ def _resolve(cfg: Config, plan: plan_lib.Plan, learner_apply: Callable, info, ch
     resolved = make_run_compressor(cfg, plan.spec, learner_apply, info.continuous, info.obs_dtype, plan.num_processes)
     plan = dataclasses.replace(plan, auto=False, takes_teacher=resolved.takes_teacher)
     if plan.process_id == 0:
-        print(gate["reason"], flush=True)
+        print(textwrap.fill(gate["reason"], 80), flush=True)
     return cfg, plan, resolved, gate
 
 
