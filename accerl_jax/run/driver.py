@@ -289,7 +289,7 @@ class Driver:
             for m in self.monitors:
                 m.progress()
         if run.cfg.checkpoint_every and step.update % run.cfg.checkpoint_every == 0:
-            self.save(step.update)
+            self.save(step.update, wait=False)  # written while training goes on (checkpoint.Checkpointer)
 
     def _log(self, update: int, refresh: Optional[list]) -> None:
         """The Monitor rows of ``update`` (each seed's, and the run's summary of them), with the step's
@@ -308,8 +308,9 @@ class Driver:
             run.outputs.monitor.log(update, rows[0])
         self.metrics, self.logged = rows, update
 
-    def save(self, step: int) -> None:
-        """Checkpoint the last completed update ``step`` (its snapshot); a signal never cuts it short."""
+    def save(self, step: int, wait: bool = True) -> None:
+        """Checkpoint the last completed update ``step`` (its snapshot); a signal never cuts it short.
+        ``wait=False``: return once the snapshot is copied to the host, orbax writing it in the background."""
         run, stop = self.run, self.stop
         deferring, stop.deferring = stop.deferring, True
         try:
@@ -321,7 +322,7 @@ class Driver:
                 "wall_time_s": time.perf_counter() - run.wall_start, "num_processes": run.plan.num_processes,
                 "auto_gate": run.auto_gate,  # --compressor auto: what it resolved to, kept by a --resume
                 **self.stepper.extra(),
-            })
+            }, wait=wait)
         finally:
             stop.deferring = deferring
 
@@ -369,6 +370,7 @@ class Driver:
         try:
             if self.stopped != "diverged" and run.outputs.saver.last_step != self.completed:
                 self.save(self.completed)
+            run.outputs.saver.wait()  # the last periodic save, written in the background, is on disk
             if self.logged != self.completed:  # an interrupted run's last updates get their row too
                 self._log(self.completed, None)
             f0 = final[0]

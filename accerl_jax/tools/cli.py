@@ -300,6 +300,13 @@ def positional_fields(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if "Positional" in repr(hints[f.name])]
 
 
+def _many(cls, name: str) -> bool:
+    """Whether field ``name`` of ``cls`` takes several values (plot's RUN_DIRS: a list, which tyro lets be
+    empty, and which the tool itself then refuses with its own message)."""
+    hint = repr(typing.get_type_hints(cls, include_extras=True)[name])
+    return any(word in hint for word in ("list", "List", "tuple", "Tuple", "Sequence"))
+
+
 def check_required(argv: list[str], cls, prog: str) -> None:
     """Refuse a command line of dataclass ``cls`` that lacks a required argument (a field without a default:
     a positional such as RUN_DIR, or a flag such as export's ``--out``) in one line naming it and the usage;
@@ -326,7 +333,7 @@ def check_required(argv: list[str], cls, prog: str) -> None:
     usage = f"usage: {prog} {' '.join(f.upper() for f in positional)} [FLAGS]; {prog} --help lists every flag"
     for name in [f.name for f in dataclasses.fields(cls)
                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]:
-        if name in positional and len(bare) <= positional.index(name):
+        if name in positional and len(bare) <= positional.index(name) and not _many(cls, name):
             raise ConfigError(f"missing {name.upper()}, the run folder to read; {usage}")
         if name not in positional and flag(name) not in given:
             raise ConfigError(f"missing {flag(name)}, which is required; {usage}")
