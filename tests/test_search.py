@@ -388,11 +388,12 @@ def test_search_summary_claims_no_corrector(short_run):
 
 def _device_main(logdir: str, short: bool = False) -> None:
     """In a subprocess with forced CPU devices: a few search updates (``short``: the :data:`SHORT` run, else
-    4 updates without a compressor); prints ``RESULT`` with the learner's final parameter leaves and the
-    episodes' returns."""
+    4 updates with ``--compressor none``: the default ``auto`` picks a search run's compressor by timing
+    it, which may pick differently in two processes); prints ``RESULT`` with the learner's final parameter
+    leaves and the episodes' returns."""
     import json
 
-    kw = SHORT if short else dict(updates=4, num_simulations=4, log_every=4)
+    kw = SHORT if short else dict(updates=4, num_simulations=4, log_every=4, compressor="none")
     result = run_training_result(tiny(logdir, **kw))
     summary, out = result.summary, result._asdict()
     print("RESULT " + json.dumps({"devices": summary["devices"], "episodes": summary["episodes"],
