@@ -3,6 +3,8 @@
 On XLA:CPU, convolutions routed to YNNPACK are several times slower in fp32 than XLA's own
 convolutions (docs/DESIGN.md, "A fair baseline"). :func:`jit` applies the faster
 setting to conv networks on CPU; the policy-speed benchmark still tries every configuration.
+Importing this module also lowers JAX's PRNG hash as straight-line code on XLA:CPU
+(:mod:`accerl_jax.platform.threefry`).
 """
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ import functools
 import os
 
 import jax
+
+from accerl_jax.platform import threefry
+
+threefry.install()  # JAX's PRNG hash as straight-line code on XLA:CPU: the same bits, ~80 fewer thunks per call
 
 # An empty list of YNN fusion types: no YNNPACK fusions (the flag's documented overwrite mode).
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
