@@ -340,7 +340,8 @@ def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
     """A student whose distillation diverges (an extreme --distill-learning-rate) poisons the behaviour
     log_prob: the guard names the compressed actor, not the learner's loss, and --on-nan skip stops after
     guard.MAX_SKIP_STREAK + 1 consecutive skips instead of finishing as if healthy."""
-    summary = run_training(tiny(None, compressor="distill:tiny", distill_learning_rate=1e30, on_nan=on_nan))
+    summary = run_training(tiny(tmp_path / "run", compressor="distill:tiny", distill_learning_rate=1e30,
+                                on_nan=on_nan))
     assert summary["stopped"] == "diverged"
     last = 2 if on_nan == "stop" else 1 + guard.MAX_SKIP_STREAK + 1  # skip: the update that ended the streak
     assert f"non-finite compressed actor parameters at update {last}" in summary["stop_reason"]
@@ -353,7 +354,7 @@ def test_diverged_student_is_named_and_never_a_normal_finish(tmp_path, on_nan):
 def test_diverged_student_is_named_in_the_sebulba_loop_too(tmp_path):
     """Sebulba's actors run the compressor's parameters in their own threads: a student that diverged is
     named as the cause there too (its NaN behaviour log_prob is the symptom), not the learner."""
-    summary = run_training(tiny(None, env="envpool:CartPole-v1", compressor="distill:tiny",
+    summary = run_training(tiny(tmp_path / "run", env="envpool:CartPole-v1", compressor="distill:tiny",
                                 distill_learning_rate=1e30, on_nan="stop"))
     assert summary["loop"] == "sebulba" and summary["stopped"] == "diverged"
     assert "non-finite compressed actor parameters at update" in summary["stop_reason"]
@@ -362,7 +363,7 @@ def test_diverged_student_is_named_in_the_sebulba_loop_too(tmp_path):
 
 def test_most_updates_skipped_is_not_a_normal_finish(tmp_path, monkeypatch):
     poison_updates(monkeypatch, {1, 2, 4, 5, 7}, "grad_norm")  # 5 of 8, never more than 2 in a row
-    summary = run_training(tiny(None, on_nan="skip"))
+    summary = run_training(tiny(tmp_path / "run", on_nan="skip"))
     assert summary["updates"] == UPDATES and summary["skipped_updates"] == 5
     assert summary["stopped"] == "diverged" and summary["stop_reason"].startswith("5 of 8 updates skipped")
 
