@@ -21,24 +21,16 @@ KNOWN = [
     ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
 ]
 
-# What a fresh interpreter that never imports accerl_jax (JAX's own CPU lowering, a rolled loop) draws.
+# The draws compared: run here (this lowering) and in a fresh interpreter that never imports accerl_jax
+# (JAX's own CPU lowering, a rolled loop); each leaves them in ``out``.
 DRAWS = """
-import json, jax, jax.numpy as jnp
+import jax, jax.numpy as jnp
 key = jax.random.PRNGKey(1234)
 out = {"bits": jax.random.bits(key, (257,)).tolist(),
        "split": jax.random.key_data(jax.random.split(jax.random.key(7), 5)).tolist(),
        "uniform": jax.random.uniform(key, (3, 33)).tolist(),
        "categorical": jax.random.categorical(key, jnp.arange(6.0), shape=(64,)).tolist()}
-print(json.dumps(out))
 """
-
-
-def _draws() -> dict:
-    key = jax.random.PRNGKey(1234)
-    return {"bits": jax.random.bits(key, (257,)).tolist(),
-            "split": jax.random.key_data(jax.random.split(jax.random.key(7), 5)).tolist(),
-            "uniform": jax.random.uniform(key, (3, 33)).tolist(),
-            "categorical": jax.random.categorical(key, jnp.arange(6.0), shape=(64,)).tolist()}
 
 
 def test_installed_on_import():
@@ -55,8 +47,11 @@ def test_known_answers(key, count, expected):
 def test_same_bits_as_jax_own_lowering():
     """Bits, key splits, uniforms and categorical samples equal those of a fresh interpreter that lowers
     the hash with JAX's rolled loop (it never imports accerl_jax)."""
-    fresh = subprocess.run([sys.executable, "-c", DRAWS], capture_output=True, text=True, check=True)
-    assert json.loads(fresh.stdout.strip().splitlines()[-1]) == _draws()
+    script = DRAWS + "import json; print(json.dumps(out))\n"
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    here: dict = {}
+    exec(DRAWS, here)
+    assert json.loads(fresh.stdout.strip().splitlines()[-1]) == here["out"]
 
 
 def test_no_loop_in_compiled_split():

@@ -34,7 +34,8 @@ def _rotate_left(x, r: int):
 def threefry2x32(k1, k2, x1, x2):
     """The Threefry-2x32 hash of counters ``(x1, x2)`` under key ``(k1, k2)``: 5 groups of 4 rounds, a
     key injection after each group. All four are uint32 arrays of one shape (traceable; any shape);
-    returns the two uint32 output words, as JAX's ``threefry2x32_p``."""
+    returns the two uint32 output words, as JAX's ``threefry2x32_p`` (Salmon et al. 2011; Random123's
+    known answers in tests/test_threefry.py). Raises nothing of its own."""
     ks = (k1, k2, k1 ^ k2 ^ PARITY)
     x1, x2 = x1 + ks[0], x2 + ks[1]
     for group in range(5):
