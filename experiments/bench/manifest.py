@@ -72,6 +72,10 @@ SEARCH_MINATAR = dict(agent="search", network="minatar", hidden_sizes=(64, 512),
 # most of the search; distill:small's student is the preset's own MLP(128, 128).
 CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not in ("env", "total_steps")},
                 hidden_sizes=(512, 512))
+# compression_search_connect4_long's: CONNECT4 with the Gumbel noise at the root 4x mctx's default, which keeps
+# self-play from collapsing into a few repeated games past ~1M plies (docs/RESULTS.md, "Connect Four past 300k
+# plies").
+CONNECT4_LONG = dict(CONNECT4, gumbel_scale=4.0)
 SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
 
 BENCHMARKS = (
@@ -259,6 +263,29 @@ BENCHMARKS = (
         # 0.65: chosen, not published: the preset's network went from 0.49 after one update to 0.73 at 300k plies
         dict(env="pgx:connect_four", target=0.65, steps=300_000, seeds=[0, 1, 2], log_every=8, fields=CONNECT4,
              matches=dict(every=16, games=100, opponent_simulations=64)),
+        dict(SMOKE_TRAIN, steps=4096, matches=dict(every=1, games=4, opponent_simulations=4),
+             configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"]),
+        columns=(("time_to_target_s", "to target win rate s", ".1f"), ("final_win_rate", "final win rate vs MCTS", ".2f"),
+                 ("wall_time_s", "wall s", ".1f"))),
+    Benchmark(
+        "compression_search_connect4_long", "compression",
+        "compression_search_connect4 at 11x its budget against a stronger opponent: the connect4 preset's search "
+        "agent with --gumbel-scale 4 (16 simulations, 32 games x 64 plies per update) and N = MLP(512, 512); (a) N "
+        "with --compressor none, (b) N searched with distill:small (its student the preset's MLP(128, 128)), (c) "
+        "that student trained directly; 3,276,800 plies (1,600 updates; the learning rate annealed over them). A "
+        "checkpoint every 320 updates, each evaluated after training by 100 games (half with each colour) against "
+        "the plain MCTS opponent at 256 simulations (random rollouts; python -m accerl_jax.evaluate's mcts match, "
+        "the learner's network searching); seconds to the target win rate (from setup, compilation included: the "
+        "run's time at that checkpoint), final win rate, the Amdahl check.",
+        "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final win rate",
+        {"(a) N, none": {"compressor": "none", "cost_split": True},
+         "(b) N, distill:small": {"compressor": "distill:small", "cost_split": True},
+         "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
+        ("time_to_target_s", "(a) N, none"),
+        # 0.5: chosen, not published: in probes (seed 0 of (a), seeds 0 and 1 of (c)) N passed it at update 960
+        # and the student alone stayed at 0.39-0.42 from update 640 on
+        dict(env="pgx:connect_four", target=0.5, steps=3_276_800, seeds=[0, 1, 2], log_every=16, fields=CONNECT4_LONG,
+             matches=dict(every=320, games=100, opponent_simulations=256)),
         dict(SMOKE_TRAIN, steps=4096, matches=dict(every=1, games=4, opponent_simulations=4),
              configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"]),
         columns=(("time_to_target_s", "to target win rate s", ".1f"), ("final_win_rate", "final win rate vs MCTS", ".2f"),
