@@ -77,6 +77,17 @@ CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not 
 # plies").
 CONNECT4_LONG = dict(CONNECT4, gumbel_scale=4.0)
 SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
+# The two Connect Four compression benchmarks' goal, (a)/(b)/(c) configurations with the reference, smoke
+# budget and columns.
+C4_GOAL = "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final win rate"
+C4_CONFIGS = ({"(a) N, none": {"compressor": "none", "cost_split": True},
+               "(b) N, distill:small": {"compressor": "distill:small", "cost_split": True},
+               "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
+              ("time_to_target_s", "(a) N, none"))
+C4_SMOKE = dict(SMOKE_TRAIN, steps=4096, matches=dict(every=1, games=4, opponent_simulations=4),
+                configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"])
+C4_COLUMNS = (("time_to_target_s", "to target win rate s", ".1f"), ("final_win_rate", "final win rate vs MCTS", ".2f"),
+              ("wall_time_s", "wall s", ".1f"))
 
 BENCHMARKS = (
     Benchmark(
@@ -255,18 +266,11 @@ BENCHMARKS = (
         "with each colour) against the plain MCTS opponent (64 simulations, random rollouts; python -m "
         "accerl_jax.evaluate's mcts match, the learner's network searching); seconds to the target win rate "
         "(from setup, compilation included: the run's time at that checkpoint), final win rate, the Amdahl check.",
-        "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final win rate",
-        {"(a) N, none": {"compressor": "none", "cost_split": True},
-         "(b) N, distill:small": {"compressor": "distill:small", "cost_split": True},
-         "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
-        ("time_to_target_s", "(a) N, none"),
+        C4_GOAL, *C4_CONFIGS,
         # 0.65: chosen, not published: the preset's network went from 0.49 after one update to 0.73 at 300k plies
         dict(env="pgx:connect_four", target=0.65, steps=300_000, seeds=[0, 1, 2], log_every=8, fields=CONNECT4,
              matches=dict(every=16, games=100, opponent_simulations=64)),
-        dict(SMOKE_TRAIN, steps=4096, matches=dict(every=1, games=4, opponent_simulations=4),
-             configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"]),
-        columns=(("time_to_target_s", "to target win rate s", ".1f"), ("final_win_rate", "final win rate vs MCTS", ".2f"),
-                 ("wall_time_s", "wall s", ".1f"))),
+        C4_SMOKE, columns=C4_COLUMNS),
     Benchmark(
         "compression_search_connect4_long", "compression",
         "compression_search_connect4 at 11x its budget against a stronger opponent: the connect4 preset's search "
@@ -277,19 +281,12 @@ BENCHMARKS = (
         "the plain MCTS opponent at 256 simulations (random rollouts; python -m accerl_jax.evaluate's mcts match, "
         "the learner's network searching); seconds to the target win rate (from setup, compilation included: the "
         "run's time at that checkpoint), final win rate, the Amdahl check.",
-        "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final win rate",
-        {"(a) N, none": {"compressor": "none", "cost_split": True},
-         "(b) N, distill:small": {"compressor": "distill:small", "cost_split": True},
-         "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
-        ("time_to_target_s", "(a) N, none"),
+        C4_GOAL, *C4_CONFIGS,
         # 0.5: chosen, not published: in probes (seed 0 of (a), seeds 0 and 1 of (c)) N passed it at update 960
         # and the student alone stayed at 0.39-0.42 from update 640 on
         dict(env="pgx:connect_four", target=0.5, steps=3_276_800, seeds=[0, 1, 2], log_every=16, fields=CONNECT4_LONG,
              matches=dict(every=320, games=100, opponent_simulations=256)),
-        dict(SMOKE_TRAIN, steps=4096, matches=dict(every=1, games=4, opponent_simulations=4),
-             configs=["(a) N, none", "(b) N, distill:small", "(c) student, none"]),
-        columns=(("time_to_target_s", "to target win rate s", ".1f"), ("final_win_rate", "final win rate vs MCTS", ".2f"),
-                 ("wall_time_s", "wall s", ".1f"))),
+        C4_SMOKE, columns=C4_COLUMNS),
     Benchmark(
         "search_vs_stoix", "process",
         "Steady env steps/s (compilation excluded) and whole-process seconds of the uncompressed search agent (the "
