@@ -283,7 +283,7 @@ BENCHMARKS = (
         "run's time at that checkpoint), final win rate, the Amdahl check.",
         C4_GOAL, *C4_CONFIGS,
         # 0.5: chosen, not published: in probes (seed 0 of (a), seeds 0 and 1 of (c)) N passed it at update 960
-        # and the student alone stayed at 0.39-0.42 from update 640 on
+        # and the student alone stayed at 0.39-0.42 from update 640 on (one probe of (b) had run: 0.51 at its end)
         dict(env="pgx:connect_four", target=0.5, steps=3_276_800, seeds=[0, 1, 2], log_every=16, fields=CONNECT4_LONG,
              matches=dict(every=320, games=100, opponent_simulations=256)),
         C4_SMOKE, columns=C4_COLUMNS),
