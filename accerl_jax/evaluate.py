@@ -91,17 +91,17 @@ def check_args(args: Args) -> None:
 
 
 def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False,
-         search=None) -> dict:
+         search=None, keep_obs: int = DIVERGENCE_OBS) -> dict:
     """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env
     (``search``: a :class:`~accerl_jax.search.acting.SearchSettings` to search with at every step,
     :mod:`accerl_jax.search.evaluation`; a gymnax env).
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
-      [<= DIVERGENCE_OBS, *obs_shape] numpy array of visited observations, "first_episode": [L + 1,
-      *obs_shape] numpy array}``; episodes in the order they finished. ``first_episode`` holds the
-      observations of env 0's first episode (one of those counted), from its first to its final one: what
-      ``--video`` shows, recorded by the same program, so that a video costs no compilation of its own.
+      [<= keep_obs, *obs_shape] numpy array of the first visited observations (time-major per chunk),
+      "first_episode": [L + 1, *obs_shape] numpy array}``; episodes in the order they finished.
+      ``first_episode`` holds the observations of env 0's first episode (one of those counted), from its first
+      to its final one: what ``--video`` shows, recorded by the same program, so that a video costs no compilation of its own.
     """
     import jax
     import jax.numpy as jnp
@@ -159,7 +159,7 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
             if not first_done:
                 first_done = _extend_episode(first, np.asarray(obs_t[0, 0]), np.asarray(next0), np.asarray(valid0),
                                              done[:, 0])
-            if sum(len(o) for o in seen) < DIVERGENCE_OBS:
+            if sum(len(o) for o in seen) < keep_obs:
                 seen.append(np.asarray(obs_t).reshape((-1,) + tuple(info.obs_shape)))
             for t, i in zip(*np.nonzero(done)):  # time-major: in the order the episodes ended
                 if counts[i] < quota[i]:
@@ -172,8 +172,8 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     finally:
         if bar is not None:
             bar[0].stop()
-    return {"returns": returns, "lengths": lengths, "obs": np.concatenate(seen)[:DIVERGENCE_OBS],
-            "first_episode": np.stack(first)}
+    kept = np.concatenate(seen)[:keep_obs] if seen else np.zeros((0,) + tuple(info.obs_shape), np.float32)
+    return {"returns": returns, "lengths": lengths, "obs": kept, "first_episode": np.stack(first)}
 
 
 def _extend_episode(frames: list, obs0, next_obs, valid, done) -> bool:

@@ -395,3 +395,44 @@ def test_same_run_counts_equal_digests_per_seed_and_round_only():
                      dict(seed=1, round=0, learner_params_digest="a", auto_resolved="distill:tiny"),
                      dict(seed=2, round=0, learner_params_digest="c", auto_resolved="none")]}
     assert kinds.same_run(runs, "none") == {"auto": {"equal": 1, "of": 2, "resolved": ["distill:tiny", "none"]}}
+
+
+@pytest.mark.parametrize("argv, names", [(["--steps", "0"], "--steps 0"), (["--student", "huge"], "'huge'"),
+                                         (["--observations", "4"], "--observations 4"),
+                                         (["--out", "/nowhere/x.json"], "'/nowhere/x.json'")])
+def test_distill_search_probe_bad_flags_exit_2_with_one_line(argv, names, tmp_path, capsys):
+    from experiments.probes import distill_search
+
+    with pytest.raises(SystemExit) as exit_:
+        distill_search.main([str(tmp_path)] + argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and names in err
+
+
+def test_distill_search_probe_refuses_a_folder_that_is_no_run(tmp_path, capsys):
+    from experiments.probes import distill_search
+
+    assert distill_search.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(tmp_path) in err
+
+
+@pytest.mark.slow
+def test_distill_search_probe_distils_a_search_run_and_plays_every_variant(tmp_path):
+    """A 2-update CartPole search run: the probe distils its network (the held KL falls) and plays each of
+    the six policies the number of episodes asked for."""
+    from accerl_jax import run_training_result
+    from experiments.probes import distill_search
+    from tiny_config import tiny_config
+
+    run = tmp_path / "run"
+    run_training_result(tiny_config(run, updates=2, agent="search", num_simulations=4))
+    out = tmp_path / "probe.json"
+    assert distill_search.main([str(run), "--observations", "512", "--steps", "300", "--batch", "64",
+                                "--episodes", "3", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["distill"]["held"]["kl"] < got["distill"]["held_before"]["kl"]
+    assert got["distill"]["held_observations"] == 128 and got["distill"]["train_observations"] == 384
+    for name in ("teacher_search", "student_search", "student_prior_teacher_value", "teacher_prior_student_value",
+                 "teacher_alone", "student_alone"):
+        assert got[name]["episodes"] == 3 and got[name]["return_mean"] >= 1.0  # CartPole pays 1 per step

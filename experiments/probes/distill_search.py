@@ -1,0 +1,167 @@
+"""Does a distilled copy of a trained search network search as well as the network? A by-hand probe, not a
+benchmark (docs/RESULTS.md, "Breakout-MinAtar past 150k steps").
+
+It reads a finished ``--agent search`` run on a gymnax env (its learner's network N, the teacher), plays
+``--episodes`` episodes of N's own search and keeps the first ``--observations`` observations they visit,
+distils a fresh student (``networks.student_spec``'s ``--student`` widths, the ``distill`` compressor's
+loss: T² KL(teacher ‖ student) + 0.5 value MSE, T = 1) offline on them for ``--steps`` Adam steps of
+``--batch`` observations drawn uniformly, measures the student on the last 4,096 observations (held out of
+training; fewer if fewer were kept), then plays ``--episodes`` episodes of each of:
+
+* ``teacher_search``: N searching (the same as ``python -m accerl_jax.evaluate RUN --policy learner``);
+* ``student_search``: the student searching, its prior and its value;
+* ``student_prior_teacher_value``: the search with the student's prior logits and N's value;
+* ``teacher_prior_student_value``: the search with N's prior logits and the student's value;
+* ``teacher_alone``, ``student_alone``: each network sampling its own action, no search.
+
+Usage::
+
+    python -m experiments.probes.distill_search RUN [--student small] [--observations 100000]
+        [--steps 4000] [--batch 1024] [--episodes 256] [--seed 3] [--out FILE.json]
+
+Prints one line per stage and, with ``--out``, writes the numbers as JSON (returns: mean return of the
+whole episodes, undiscounted; ``distill.held`` and ``distill.held_before``, after and before distilling:
+``kl`` KL(teacher ‖ student) in nats, ``value_mse``, ``agreement`` the share of held observations where both
+networks' most likely actions are the same).
+Exit 2 with one line for a run that is not a gymnax search run or bad numbers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from experiments.bench.__main__ import Parser  # bad input: one line on stderr, exit 2
+
+HELD = 4096  # observations held out of the student's training, at most
+
+
+def _parser() -> Parser:
+    p = Parser(prog="python -m experiments.probes.distill_search", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", metavar="RUN", help="a finished --agent search run folder on a gymnax env")
+    p.add_argument("--student", default="small", help="the student's widths: tiny, small or half of N's [small]")
+    p.add_argument("--observations", type=int, default=100_000, help="observations of N's search play kept [100000]")
+    p.add_argument("--steps", type=int, default=4000, help="Adam steps of the offline distillation [4000]")
+    p.add_argument("--batch", type=int, default=1024, help="observations per Adam step [1024]")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate [1e-3]")
+    p.add_argument("--episodes", type=int, default=256, help="episodes played per evaluated policy [256]")
+    p.add_argument("--seed", type=int, default=3, help="evaluation seed (the same episodes' starts for all) [3]")
+    p.add_argument("--out", default=None, help="write the numbers here as JSON [unset: print only]")
+    return p
+
+
+def probe(args) -> dict:
+    """Run the probe of :mod:`experiments.probes.distill_search` for the parsed ``args``; returns its numbers.
+
+    Raises:
+      accerl_jax.config.ConfigError: the run is not a search run on a gymnax env, or cannot be read.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from accerl_jax import evaluate, networks
+    from accerl_jax.compressor.distill import distillation_loss
+    from accerl_jax.config import ConfigError
+    from accerl_jax.search.evaluation import search_settings
+    from accerl_jax.tools import trained as trained_lib
+
+    t = trained_lib.load(args.run, policy="learner")
+    if t.cfg.agent != "search" or not t.cfg.env.startswith("gymnax:"):
+        raise ConfigError(f"bad RUN {args.run!r}: a --agent {t.cfg.agent} run on {t.cfg.env}; expected a finished "
+                          "--agent search run on a gymnax env")
+    settings = search_settings(t.cfg, None, False)
+    out = {"run": args.run, "step": t.step, "env": t.cfg.env, "student": args.student, "teacher_widths": list(t.spec.widths)}
+
+    def play(name, apply, params, search=settings, keep_obs=0):
+        start = time.perf_counter()
+        played = evaluate.play(dataclasses.replace(t, apply=apply, params=params), args.episodes, seed=args.seed,
+                               search=search, keep_obs=keep_obs)
+        r = np.asarray(played["returns"])
+        out[name] = {"return_mean": float(r.mean()), "return_std": float(r.std()), "episodes": len(r)}
+        print(f"{name}: return {r.mean():.2f} ± {r.std():.2f} over {len(r)} episodes "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        return played
+
+    obs = jnp.asarray(play("teacher_search", t.apply, t.params, keep_obs=args.observations)["obs"], jnp.float32)
+    held_n = min(HELD, obs.shape[0] // 4)
+    train, held = obs[:-held_n], obs[-held_n:]
+    teacher = jax.jit(lambda o: t.apply(t.params, o)[:2])
+    t_logits, t_value = teacher(train)
+    h_logits, h_value = teacher(held)
+    sspec = networks.student_spec(t.spec, args.student)
+    out["student_widths"] = list(sspec.widths)
+    s_apply = networks.make_apply(sspec)
+    params = networks.build(sspec).init(jax.random.PRNGKey(args.seed), train[:1])
+    opt = optax.adam(args.learning_rate)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params, opt_state, idx):
+        def loss_fn(p):
+            s_logits, s_value = s_apply(p, train[idx])[:2]
+            return distillation_loss(t_logits[idx], t_value[idx], s_logits, s_value, 1.0, 0.5)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    @jax.jit
+    def held_numbers(params):
+        s_logits, s_value = s_apply(params, held)[:2]
+        log_t, log_s = jax.nn.log_softmax(h_logits), jax.nn.log_softmax(s_logits)
+        return {"kl": jnp.mean(jnp.sum(jnp.exp(log_t) * (log_t - log_s), -1)),
+                "value_mse": jnp.mean((s_value - h_value) ** 2),
+                "agreement": jnp.mean((jnp.argmax(s_logits, -1) == jnp.argmax(h_logits, -1)).astype(jnp.float32))}
+
+    before = {k: float(v) for k, v in held_numbers(params).items()}
+    rng = np.random.default_rng(args.seed)
+    start = time.perf_counter()
+    for i in range(args.steps):
+        params, opt_state, loss = step(params, opt_state, jnp.asarray(rng.integers(0, train.shape[0], args.batch)))
+        if (i + 1) % max(1, args.steps // 8) == 0 or i + 1 == args.steps:
+            numbers = {k: round(float(v), 5) for k, v in held_numbers(params).items()}
+            print(f"distil step {i + 1}: loss {float(loss):.4f}, held {numbers}", flush=True)
+    out["distill"] = {"train_observations": int(train.shape[0]), "held_observations": held_n, "steps": args.steps,
+                      "batch": args.batch, "seconds": time.perf_counter() - start,
+                      "held_before": before, "held": {k: float(v) for k, v in held_numbers(params).items()}}
+    both = (params, t.params)
+    play("student_search", s_apply, params)
+    play("student_prior_teacher_value", lambda p, o: (s_apply(p[0], o)[0], t.apply(p[1], o)[1]), both)
+    play("teacher_prior_student_value", lambda p, o: (t.apply(p[1], o)[0], s_apply(p[0], o)[1]), both)
+    play("teacher_alone", t.apply, t.params, search=None)
+    play("student_alone", s_apply, params, search=None)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit code (2: bad input, one line on stderr)."""
+    from accerl_jax.config import ConfigError
+
+    p = _parser()
+    args = p.parse_args(argv)
+    for name in ("observations", "steps", "batch", "episodes"):
+        if getattr(args, name) < 1:
+            p.error(f"bad --{name} {getattr(args, name)}; expected an integer >= 1")
+    if args.observations < 8:
+        p.error(f"bad --observations {args.observations}; expected at least 8 (a quarter, at most {HELD}, is held out)")
+    if args.student not in ("tiny", "small", "half"):
+        p.error(f"bad --student {args.student!r}; expected tiny, small or half")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        p.error(f"bad --out {args.out!r}: its folder does not exist")
+    try:
+        out = probe(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
