@@ -399,6 +399,7 @@ def test_same_run_counts_equal_digests_per_seed_and_round_only():
 
 @pytest.mark.parametrize("argv, names", [(["--steps", "0"], "--steps 0"), (["--student", "huge"], "'huge'"),
                                          (["--observations", "4"], "--observations 4"),
+                                         (["--value-coef", "0"], "--value-coef 0"),
                                          (["--out", "/nowhere/x.json"], "'/nowhere/x.json'")])
 def test_distill_search_probe_bad_flags_exit_2_with_one_line(argv, names, tmp_path, capsys):
     from experiments.probes import distill_search

@@ -4,8 +4,8 @@ benchmark (docs/RESULTS.md, "Breakout-MinAtar past 150k steps").
 It reads a finished ``--agent search`` run on a gymnax env (its learner's network N, the teacher), plays
 ``--episodes`` episodes of N's own search and keeps the first ``--observations`` observations they visit,
 distils a fresh student (``networks.student_spec``'s ``--student`` widths, the ``distill`` compressor's
-loss: T² KL(teacher ‖ student) + 0.5 value MSE, T = 1) offline on them for ``--steps`` Adam steps of
-``--batch`` observations drawn uniformly, measures the student on the last 4,096 observations (held out of
+loss: T² KL(teacher ‖ student) + c_v value MSE with T = 1 and c_v = ``--value-coef``) offline on them for
+``--steps`` Adam steps of ``--batch`` observations drawn uniformly, measures the student on the last 4,096 observations (held out of
 training; fewer if fewer were kept), then plays ``--episodes`` episodes of each of:
 
 * ``teacher_search``: N searching (the same as ``python -m accerl_jax.evaluate RUN --policy learner``);
@@ -17,7 +17,8 @@ training; fewer if fewer were kept), then plays ``--episodes`` episodes of each 
 Usage::
 
     python -m experiments.probes.distill_search RUN [--student small] [--observations 100000]
-        [--steps 4000] [--batch 1024] [--episodes 256] [--seed 3] [--out FILE.json]
+        [--steps 4000] [--batch 1024] [--learning-rate 1e-3] [--value-coef 0.5] [--episodes 256] [--seed 3]
+        [--out FILE.json]
 
 Prints one line per stage and, with ``--out``, writes the numbers as JSON (returns: mean return of the
 whole episodes, undiscounted; ``distill.held`` and ``distill.held_before``, after and before distilling:
@@ -46,6 +47,8 @@ def _parser() -> Parser:
     p.add_argument("--steps", type=int, default=4000, help="Adam steps of the offline distillation [4000]")
     p.add_argument("--batch", type=int, default=1024, help="observations per Adam step [1024]")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate [1e-3]")
+    p.add_argument("--value-coef", type=float, default=0.5,
+                   help="weight of the value MSE in the loss (the distill compressor's: 0.5) [0.5]")
     p.add_argument("--episodes", type=int, default=256, help="episodes played per evaluated policy [256]")
     p.add_argument("--seed", type=int, default=3, help="evaluation seed (the same episodes' starts for all) [3]")
     p.add_argument("--out", default=None, help="write the numbers here as JSON [unset: print only]")
@@ -74,7 +77,8 @@ def probe(args) -> dict:
         raise ConfigError(f"bad RUN {args.run!r}: a --agent {t.cfg.agent} run on {t.cfg.env}; expected a finished "
                           "--agent search run on a gymnax env")
     settings = search_settings(t.cfg, None, False)
-    out = {"run": args.run, "step": t.step, "env": t.cfg.env, "student": args.student, "teacher_widths": list(t.spec.widths)}
+    out = {"run": args.run, "step": t.step, "env": t.cfg.env, "student": args.student, "value_coef": args.value_coef,
+           "teacher_widths": list(t.spec.widths)}
 
     def play(name, apply, params, search=settings, keep_obs=0):
         start = time.perf_counter()
@@ -103,7 +107,7 @@ def probe(args) -> dict:
     def step(params, opt_state, idx):
         def loss_fn(p):
             s_logits, s_value = s_apply(p, train[idx])[:2]
-            return distillation_loss(t_logits[idx], t_value[idx], s_logits, s_value, 1.0, 0.5)
+            return distillation_loss(t_logits[idx], t_value[idx], s_logits, s_value, 1.0, args.value_coef)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
@@ -146,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("observations", "steps", "batch", "episodes"):
         if getattr(args, name) < 1:
             p.error(f"bad --{name} {getattr(args, name)}; expected an integer >= 1")
+    for name in ("learning_rate", "value_coef"):
+        if not getattr(args, name) > 0:
+            p.error(f"bad --{name.replace('_', '-')} {getattr(args, name)}; expected a number > 0")
     if args.observations < 8:
         p.error(f"bad --observations {args.observations}; expected at least 8 (a quarter, at most {HELD}, is held out)")
     if args.student not in ("tiny", "small", "half"):
