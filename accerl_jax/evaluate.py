@@ -101,7 +101,8 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
       [<= keep_obs, *obs_shape] numpy array of the first visited observations (time-major per chunk),
       "first_episode": [L + 1, *obs_shape] numpy array}``; episodes in the order they finished.
       ``first_episode`` holds the observations of env 0's first episode (one of those counted), from its first
-      to its final one: what ``--video`` shows, recorded by the same program, so that a video costs no compilation of its own.
+      to its final one: what ``--video`` shows, recorded by the same program, so that a video costs no
+      compilation of its own.
     """
     import jax
     import jax.numpy as jnp

@@ -5,8 +5,9 @@ It reads a finished ``--agent search`` run on a gymnax env (its learner's networ
 ``--episodes`` episodes of N's own search and keeps the first ``--observations`` observations they visit,
 distils a fresh student (``networks.student_spec``'s ``--student`` widths, the ``distill`` compressor's
 loss: T² KL(teacher ‖ student) + c_v value MSE with T = 1 and c_v = ``--value-coef``) offline on them for
-``--steps`` Adam steps of ``--batch`` observations drawn uniformly, measures the student on the last 4,096 observations (held out of
-training; fewer if fewer were kept), then plays ``--episodes`` episodes of each of:
+``--steps`` Adam steps of ``--batch`` observations drawn uniformly, measures the student on the last 4,096
+observations (held out of training; a quarter of those kept if fewer than 16,384), then plays ``--episodes``
+episodes of each of:
 
 * ``teacher_search``: N searching (the same as ``python -m accerl_jax.evaluate RUN --policy learner``);
 * ``student_search``: the student searching, its prior and its value;
@@ -42,7 +43,8 @@ HELD = 4096  # observations held out of the student's training, at most
 def _parser() -> Parser:
     p = Parser(prog="python -m experiments.probes.distill_search", description=__doc__.split("\n\n")[0])
     p.add_argument("run", metavar="RUN", help="a finished --agent search run folder on a gymnax env")
-    p.add_argument("--student", default="small", help="the student's widths: tiny, small or half of N's [small]")
+    p.add_argument("--student", default="small",
+                   help="the student's widths, networks.STUDENT_PRESETS: tiny, small or half of N's [small]")
     p.add_argument("--observations", type=int, default=100_000, help="observations of N's search play kept [100000]")
     p.add_argument("--steps", type=int, default=4000, help="Adam steps of the offline distillation [4000]")
     p.add_argument("--batch", type=int, default=1024, help="observations per Adam step [1024]")
@@ -69,6 +71,7 @@ def probe(args) -> dict:
     from accerl_jax import evaluate, networks
     from accerl_jax.compressor.distill import distillation_loss
     from accerl_jax.config import ConfigError
+    from accerl_jax.monitor import policy_divergence
     from accerl_jax.search.evaluation import search_settings
     from accerl_jax.tools import trained as trained_lib
 
@@ -116,10 +119,9 @@ def probe(args) -> dict:
     @jax.jit
     def held_numbers(params):
         s_logits, s_value = s_apply(params, held)[:2]
-        log_t, log_s = jax.nn.log_softmax(h_logits), jax.nn.log_softmax(s_logits)
-        return {"kl": jnp.mean(jnp.sum(jnp.exp(log_t) * (log_t - log_s), -1)),
-                "value_mse": jnp.mean((s_value - h_value) ** 2),
-                "agreement": jnp.mean((jnp.argmax(s_logits, -1) == jnp.argmax(h_logits, -1)).astype(jnp.float32))}
+        policy = policy_divergence(h_logits, s_logits)  # the measure the runs log, the teacher as the learner
+        return {"kl": policy["kl_learner_actor"], "value_mse": jnp.mean((s_value - h_value) ** 2),
+                "agreement": policy["action_agreement"]}
 
     before = {k: float(v) for k, v in held_numbers(params).items()}
     rng = np.random.default_rng(args.seed)
@@ -144,6 +146,7 @@ def probe(args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit code (2: bad input, one line on stderr)."""
     from accerl_jax.config import ConfigError
+    from accerl_jax.networks import STUDENT_PRESETS
 
     p = _parser()
     args = p.parse_args(argv)
@@ -155,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"bad --{name.replace('_', '-')} {getattr(args, name)}; expected a number > 0")
     if args.observations < 8:
         p.error(f"bad --observations {args.observations}; expected at least 8 (a quarter, at most {HELD}, is held out)")
-    if args.student not in ("tiny", "small", "half"):
-        p.error(f"bad --student {args.student!r}; expected tiny, small or half")
+    if args.student not in STUDENT_PRESETS:
+        p.error(f"bad --student {args.student!r}; expected one of {', '.join(STUDENT_PRESETS)}")
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         p.error(f"bad --out {args.out!r}: its folder does not exist")
     try:
