@@ -68,6 +68,11 @@ class SearchRollout(NamedTuple):
       root_visits: ``[T, B, A]`` float32, the root's visit counts per action (``SearchSummary.visit_counts``).
       legal_actions: ``[T, B, A]`` bool, the legal moves at each step (two-player games), or None (every
         action legal: gymnax envs).
+      child_obs: ``[T, B, A, *obs_shape]`` float32, the observation of each root's child per action as the
+        search's tree holds it (the model's step from the root), where the actor records the children
+        (``record_children``: ``--distill-children``), else None.
+      child_valid: ``[T, B, A]`` bool, whether that child was expanded and is not past an episode's or
+        game's end (the search then used its network's value there), or None.
     """
 
     obs: jax.Array
@@ -85,6 +90,8 @@ class SearchRollout(NamedTuple):
     root_qvalues: jax.Array
     root_visits: jax.Array
     legal_actions: Any = None
+    child_obs: Any = None
+    child_valid: Any = None
 
 
 class SearchOutput(NamedTuple):
@@ -97,6 +104,9 @@ class SearchOutput(NamedTuple):
       root_value: ``[B]`` float32, the tree's value of the root.
       root_qvalues: ``[B, A]`` float32, the root's Q-values (0 where unvisited).
       root_visits: ``[B, A]`` float32, the root's visit counts.
+      child_obs: ``[B, A, *obs_shape]`` float32 observations of the root's children (zeros where not
+        expanded), with ``record_children``; else None.
+      child_valid: ``[B, A]`` bool, the children expanded and not past an episode's end; else None.
     """
 
     action: jax.Array
@@ -105,14 +115,18 @@ class SearchOutput(NamedTuple):
     root_value: jax.Array
     root_qvalues: jax.Array
     root_visits: jax.Array
+    child_obs: Any = None
+    child_valid: Any = None
 
 
 class Node(NamedTuple):
     """The search's embedding of one state: the model's state (gymnax env state or pgx game, leaves
-    ``[B, ...]``) and whether its episode has terminated on the way from the root (``[B]`` bool)."""
+    ``[B, ...]``), whether its episode has terminated on the way from the root (``[B]`` bool) and, where
+    the search records its root's children, the state's observation (``[B, *obs_shape]``; else None)."""
 
     state: Any
     terminal: jax.Array
+    obs: Any = None
 
 
 class GymnaxModel:
@@ -156,7 +170,7 @@ def mask_logits(logits: jax.Array, legal: jax.Array | None) -> jax.Array:
 
 
 def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: jax.Array, env_state,
-                  key: jax.Array):
+                  key: jax.Array, record_children: bool = False):
     """One Gumbel MuZero search from each of ``B`` states.
 
     Args:
@@ -169,10 +183,13 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
       obs: ``[B, *obs_shape]`` float32 observations of the roots (the player to move's, in a game).
       env_state: the model states of the roots (leaves ``[B, ...]``; a pgx game's State).
       key: ``[2]`` uint32 PRNG key (Gumbel noise, the model's own randomness).
+      record_children: also return the observations of the root's children as the tree holds them
+        (``child_obs``, ``child_valid``: what ``--distill-children`` distils the student on). The search's
+        choices are the same either way.
 
     Returns:
       :class:`SearchOutput` (a tuple ``(action, log_prob, action_weights, root_value, root_qvalues,
-      root_visits)``).
+      root_visits, child_obs, child_valid)``).
     """
     model = search_model(model)
     # Two players: each node's value is its mover's, so a child's value counts negated (discount -1).
@@ -186,7 +203,7 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
     legal = model.legal(env_state)
     b = obs.shape[0]
     root = mctx.RootFnOutput(prior_logits=mask_logits(logits, legal), value=value,
-                             embedding=Node(env_state, jnp.zeros((b,), bool)))
+                             embedding=Node(env_state, jnp.zeros((b,), bool), obs if record_children else None))
 
     def recurrent_fn(p, rng, action, node: Node):
         next_obs, state, reward, terminated = model.step(jax.random.split(rng, b), node.state, action)
@@ -198,7 +215,7 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
             prior_logits=mask_logits(child_logits, model.legal(state)),
             value=jnp.where(ended, 0.0, child_value),
         )
-        return out, Node(state, ended)
+        return out, Node(state, ended, next_obs if record_children else None)
 
     out = mctx.gumbel_muzero_policy(
         params, key, root, recurrent_fn, num_simulations=settings.num_simulations, max_depth=settings.max_depth,
@@ -207,9 +224,20 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
     action = out.action.astype(jnp.int32)
     weights = out.action_weights.astype(jnp.float32)
     log_prob = jnp.log(jnp.take_along_axis(weights, action[:, None], axis=1)[:, 0])
-    summary = out.search_tree.summary()
+    tree = out.search_tree
+    summary = tree.summary()
+    child_obs = child_valid = None
+    if record_children:
+        index = tree.children_index[:, tree.ROOT_INDEX]  # [B, A] node of each root child, UNVISITED (-1) if none
+        take = lambda x: jnp.take_along_axis(  # noqa: E731  [B, N, ...] -> [B, A, ...] at index
+            x, jnp.maximum(index, 0).reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+        expanded = index != tree.UNVISITED
+        child_valid = expanded & ~take(tree.embeddings.terminal)
+        child_obs = jnp.where(expanded.reshape(expanded.shape + (1,) * (obs.ndim - 1)),
+                              take(tree.embeddings.obs), 0.0).astype(jnp.float32)
     return SearchOutput(action, log_prob, weights, summary.value.astype(jnp.float32),
-                        summary.qvalues.astype(jnp.float32), summary.visit_counts.astype(jnp.float32))
+                        summary.qvalues.astype(jnp.float32), summary.visit_counts.astype(jnp.float32),
+                        child_obs, child_valid)
 
 
 class SearchActor(AnakinActor):
@@ -222,13 +250,15 @@ class SearchActor(AnakinActor):
         pgx one (:class:`~accerl_jax.envs.pgx_env.PgxEnv`: self-play, legal moves recorded).
       apply, rollout_length, family: as :class:`~accerl_jax.actor.AnakinActor`.
       settings: :class:`SearchSettings`.
+      record_children: record each root's children's observations in the rollout
+        (:attr:`SearchRollout.child_obs`, ``child_valid``; ``--distill-children``).
 
     Raises:
       ValueError: an env with no gymnax model (envpool) or with continuous actions.
     """
 
     def __init__(self, env, apply: ApplyFn, rollout_length: int, family: str = "mlp", *,
-                 settings: SearchSettings = SearchSettings()):
+                 settings: SearchSettings = SearchSettings(), record_children: bool = False):
         if not hasattr(env, "model") or not env.info.jittable:
             raise ValueError(f"{env.info.name}: a search needs a gymnax or pgx env as its model")
         if env.info.continuous:
@@ -241,7 +271,7 @@ class SearchActor(AnakinActor):
         def run(params, carry: ActorCarry):
             def step(c: ActorCarry, _):
                 key, sub = jax.random.split(c.key)
-                out = search_policy(apply, model, settings, params, c.obs, c.env_state.env_state, sub)
+                out = search_policy(apply, model, settings, params, c.obs, c.env_state.env_state, sub, record_children)
                 legal = search_model(model).legal(c.env_state.env_state)
                 env_state, tr = env.step(c.env_state, out.action)
                 return ActorCarry(env_state, tr.obs, key), (c.obs, tr, out, legal)
@@ -250,20 +280,21 @@ class SearchActor(AnakinActor):
             rollout: Rollout = rollout_from_steps(obs, out.action, out.log_prob, tr, slots)
             return carry, SearchRollout(*rollout, action_weights=out.action_weights, root_value=out.root_value,
                                         root_qvalues=out.root_qvalues, root_visits=out.root_visits,
-                                        legal_actions=legal)
+                                        legal_actions=legal, child_obs=out.child_obs, child_valid=out.child_valid)
 
         self.rollout_fn = run
         self._rollout = xla.jit(run, family)
 
 
 def make_search_actor(env, apply: ApplyFn, rollout_length: int, family: str = "mlp",
-                      groups: Sequence[int] | None = None, mesh=None, *, settings: SearchSettings):
+                      groups: Sequence[int] | None = None, mesh=None, *, settings: SearchSettings,
+                      record_children: bool = False):
     """:func:`accerl_jax.actor.make_actor` for a search agent: a :class:`SearchActor`, or with ``groups`` a
     :class:`~accerl_jax.actor.ShardedActor` of such (one group's env in ``env``) placed over ``mesh``.
 
     Raises:
       ValueError: as :class:`SearchActor`, or groups that do not split evenly over ``mesh``.
     """
-    actor = SearchActor(env, apply, rollout_length, family, settings=settings)
+    actor = SearchActor(env, apply, rollout_length, family, settings=settings, record_children=record_children)
     # mctx's loops start from constant carries, which shard_map's varying-axes check refuses on several devices.
     return actor if groups is None else ShardedActor(actor, groups, family, mesh, check_vma=False)
