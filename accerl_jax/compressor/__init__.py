@@ -26,7 +26,7 @@ import functools
 from accerl_jax import networks
 from accerl_jax.compressor.base import Compressor, chain, identity
 from accerl_jax.compressor.bf16 import Bf16State, bf16
-from accerl_jax.compressor.distill import DistillState, distill, distillation_loss
+from accerl_jax.compressor.distill import DistillState, children_loss, distill, distillation_loss
 from accerl_jax.compressor.fakequant import FakeQuantState, fake_quantize, fakequant
 from accerl_jax.compressor.int8 import Int8State, int8
 from accerl_jax.compressor.mask import MaskState, gradual_sparsity, magnitude_mask, mask, mask_updates
@@ -110,6 +110,8 @@ def make_compressor(
     distill_steps: int = 4,
     distill_learning_rate: float = 1e-3,
     distill_async: bool = False,
+    distill_children: int = 0,
+    distill_sibling_coef: float = 10.0,
 ) -> Compressor:
     """Build the compressor named by ``spec`` for a learner network ``network``.
 
@@ -117,8 +119,9 @@ def make_compressor(
       spec: the ``--compressor`` string (see the module docstring).
       network: the learner's network spec (students and pruned networks are built from it).
       teacher_apply: the learner network's apply function.
-      distill_steps, distill_learning_rate, distill_async: passed to :func:`distill` as ``steps``,
-        ``learning_rate`` and ``asynchronous``.
+      distill_steps, distill_learning_rate, distill_async, distill_children, distill_sibling_coef: passed
+        to :func:`distill` as ``steps``, ``learning_rate``, ``asynchronous``, ``children`` and
+        ``sibling_coef``.
 
     Returns:
       A :class:`Compressor`; a single stage is still wrapped in :func:`chain` so that its state is keyed
@@ -159,6 +162,12 @@ def make_compressor(
     if distill_async and "distill" not in kinds:
         raise ValueError(f"bad --distill-async with --compressor {spec!r}: it runs distillation in a background "
                          "thread, and this chain has no distill stage; drop the flag or use e.g. 'distill:small'")
+    if distill_children and "distill" not in kinds:
+        raise ValueError(f"bad --distill-children {distill_children} with --compressor {spec!r}: it distils the "
+                         "student on search roots' children, and this chain has no distill stage; drop the flag "
+                         "or use e.g. 'distill:small'")
+    distilling = dict(steps=distill_steps, learning_rate=distill_learning_rate, asynchronous=distill_async,
+                      children=distill_children, sibling_coef=distill_sibling_coef)
     stages = []
     current = network  # the network whose params the next stage receives
     stage = functools.partial(_stage, spec)
@@ -189,9 +198,8 @@ def make_compressor(
             pruned = networks.with_widths(current, pruned_widths(current, fraction))
             if i + 1 < len(roles) and roles[i + 1] == "finetune":
                 init_student = lambda p, f=fraction, n=current: prune_params(p, n, f)[0]  # noqa: E731
-                stages.append(("distill", stage(
-                    distill, teacher_apply, pruned, steps=distill_steps, learning_rate=distill_learning_rate,
-                    init_student=init_student, asynchronous=distill_async)))
+                stages.append(("distill", stage(distill, teacher_apply, pruned, init_student=init_student,
+                                                **distilling)))
             else:
                 stages.append((kind, pruner))
             current = pruned
@@ -200,8 +208,7 @@ def make_compressor(
                 raise ValueError(f"bad --compressor {spec!r}: unknown student {arg!r} in {part!r} (a bare "
                                  f"'distill' only follows prune:<f>); {_EXPECTED}")
             current = networks.student_spec(network, arg)
-            stages.append((kind, stage(distill, teacher_apply, current, steps=distill_steps,
-                                       learning_rate=distill_learning_rate, asynchronous=distill_async)))
+            stages.append((kind, stage(distill, teacher_apply, current, **distilling)))
     try:
         return chain(*stages)
     except ValueError as err:
@@ -241,5 +248,5 @@ __all__ = [
     "fakequant", "FakeQuantState", "fake_quantize",
     "int8", "Int8State",
     "bf16", "Bf16State",
-    "distill", "DistillState", "distillation_loss",
+    "distill", "DistillState", "distillation_loss", "children_loss",
 ]

@@ -11,7 +11,10 @@ A compressor turns learner parameters into the parameters of the policy the Acto
   ``compress(params, state, obs, teacher=(policy_out [N, ...], value [N]))``: the learner network's
   outputs at ``obs``, which the loop has from the learner's own forward pass (under the parameters
   before the update, :class:`accerl_jax.learner.LearnerOutputs`), used instead of a forward pass of
-  ``params`` over ``obs``.
+  ``params`` over ``obs``. A compressor that declares ``takes_children`` also accepts
+  ``compress(..., children=(child_obs [N, A, *obs_shape], child_valid [N, A] bool))``: the observations
+  of each search root's children (:attr:`accerl_jax.search.acting.SearchRollout.child_obs`), which a
+  search run's loop passes where the actor records them (``--distill-children``).
 * ``actor_apply(apply) -> apply``: the apply function of the actor network, given the apply function
   of the network the compressor's input parameters belong to (static, Python-level).
 
@@ -42,6 +45,7 @@ class Compressor(NamedTuple):
     actor_apply: Callable[[ApplyFn], ApplyFn]
     timed_stages: tuple = ()
     takes_teacher: bool = False
+    takes_children: bool = False
 
 
 class IdentityState(NamedTuple):
@@ -63,7 +67,8 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
     The chain's ``compress`` also takes an optional keyword ``timer``: ``timer(name)`` returns a context
     manager entered around stage ``name``, which is blocked on before it exits (per-stage wall time);
     and ``teacher`` (the learner network's outputs at ``obs``), passed to the stages that declare
-    ``takes_teacher`` (the chain declares it when any stage does).
+    ``takes_teacher`` (the chain declares it when any stage does); and ``children`` (a search's root
+    children, module docstring), passed likewise to the stages that declare ``takes_children``.
 
     Raises:
       ValueError: if two stages share a name.
@@ -80,12 +85,14 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
             params, state[name] = c.init(params, k) if obs is None else c.init(params, k, obs)
         return params, state
 
-    def compress(params, state, obs, *, timer=None, teacher=None):
+    def compress(params, state, obs, *, timer=None, teacher=None, children=None):
         # timer(name): a context manager around each stage, which is then blocked on inside it, so that
         # the Monitor can time a stage (distillation) apart from the rest; None: no blocking.
         new_state = {}
         for name, c in named:
             kwargs = {"teacher": teacher} if c.takes_teacher and teacher is not None else {}
+            if c.takes_children and children is not None:
+                kwargs["children"] = children
             if timer is None:
                 params, new_state[name] = c.compress(params, state[name], obs, **kwargs)
             else:
@@ -100,4 +107,5 @@ def chain(*named: tuple[str, Compressor]) -> Compressor:
 
     timed = tuple(name for name, c in named if c.timed_stages)
     return Compressor(init, compress, actor_apply, timed_stages=timed,
-                      takes_teacher=any(c.takes_teacher for _, c in named))
+                      takes_teacher=any(c.takes_teacher for _, c in named),
+                      takes_children=any(c.takes_children for _, c in named))

@@ -16,6 +16,12 @@ The teacher's outputs on x come from a forward pass of the learner parameters gi
 or, given ``compress(..., teacher=(z_teacher, V_teacher))`` (``takes_teacher``), from the learner's own
 forward pass over the same observations: no second teacher pass, and the student then tracks the
 learner parameters of one update before.
+With ``children > 0`` (``--distill-children``, search runs) the student also learns the teacher at the
+observations of search roots' children as the search's tree holds them (:func:`children_loss`): the
+search compares its actions by ``r + γ V(child)``, so what it needs of the student's value is the
+differences between siblings, which a value fitted at the roots alone gets no better than the spread of
+the siblings (docs/RESULTS.md, "Breakout-MinAtar past 150k steps"). The teacher's outputs at the children
+come from a forward pass of the learner parameters given to ``compress``.
 Student sizes are the presets of :data:`accerl_jax.networks.STUDENT_PRESETS`; ``prune:<f>+distill``
 fine-tunes the structurally pruned network instead (``init_student``).
 
@@ -94,6 +100,33 @@ def distillation_loss(t_logits, t_value, s_logits, s_value, temperature: float, 
     return temperature**2 * jnp.mean(kl) + value_coef * jnp.mean((s_value - t_value) ** 2)
 
 
+def children_loss(t_logits, t_value, s_logits, s_value, valid, temperature: float, value_coef: float,
+                  sibling_coef: float):
+    """The distillation loss at search roots' children, masked to the valid ones:
+
+        mean_valid [T² KL(teacher ‖ student) + c_v (V_s - V_t)²] + c_sib · mean_valid ((V_s - m_s) - (V_t - m_t))²
+
+    where ``m`` is each root's mean value over its valid children (the sibling term: the value differences
+    between a root's actions, which decide the search's comparison ``r + γ V(child)``).
+
+    Args:
+      t_logits, s_logits: ``[K, A, A']`` float32 logits of teacher and student at ``K`` roots' ``A``
+        children (``A'`` actions each).
+      t_value, s_value: ``[K, A]`` float32 values there.
+      valid: ``[K, A]`` bool, the children to learn (expanded, not past an episode's end).
+      temperature, value_coef: as :func:`distillation_loss`; sibling_coef: ``c_sib``.
+    Returns:
+      ``[]`` float32 loss (0 where no child is valid).
+    """
+    w = valid.astype(jnp.float32)
+    count = jnp.maximum(jnp.sum(w), 1.0)
+    kl = categorical_kl(t_logits, s_logits, temperature)
+    loss = jnp.sum(w * (temperature**2 * kl + value_coef * (s_value - t_value) ** 2)) / count
+    per_root = jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1.0)
+    centred = lambda v: v - jnp.sum(w * v, axis=1, keepdims=True) / per_root  # noqa: E731
+    return loss + sibling_coef * jnp.sum(w * (centred(s_value) - centred(t_value)) ** 2) / count
+
+
 def distill(
     teacher_apply: ApplyFn,
     student: networks.NetworkSpec,
@@ -104,6 +137,8 @@ def distill(
     value_coef: float = 0.5,
     init_student: Callable[[Any], Any] | None = None,
     asynchronous: bool = False,
+    children: int = 0,
+    sibling_coef: float = 10.0,
 ) -> Compressor:
     """Distillation compressor.
 
@@ -118,39 +153,77 @@ def distill(
       init_student: maps the learner's initial params to the student's initial params (e.g. structured
         pruning); default: a fresh random initialisation of ``student``.
       asynchronous: run distillation in a background thread (see the module docstring).
+      children: search roots per ``compress`` call whose children the student also learns
+        (:func:`children_loss`; evenly spaced over the ``N`` roots given, all of them where ``children >=
+        N``); 0: the roots only. The compressor then declares ``takes_children``.
+      sibling_coef: ``c_sib`` of :func:`children_loss`.
 
     Raises:
-      ValueError: if ``steps < 0`` or ``temperature <= 0``, or ``temperature != 1`` for a Gaussian student.
+      ValueError: if ``steps < 0``, ``temperature <= 0``, ``children < 0`` or ``sibling_coef < 0``, or
+        ``temperature != 1`` or ``children > 0`` for a Gaussian student.
     """
     if steps < 0 or temperature <= 0:
         raise ValueError(f"distill needs steps >= 0 and temperature > 0, got steps={steps}, temperature={temperature}")
+    if children < 0 or sibling_coef < 0:
+        raise ValueError(f"distill needs children >= 0 and sibling_coef >= 0, got children={children}, "
+                         f"sibling_coef={sibling_coef}")
     continuous = student.action_dim > 0
     if continuous and temperature != 1.0:
         raise ValueError(f"distill of a Gaussian policy takes temperature 1 (the exact KL), got {temperature}")
+    if continuous and children:
+        raise ValueError("distill of a Gaussian policy takes no search children (a search has discrete actions)")
     student_apply = networks.make_apply(student)
     optimizer = optax.adam(learning_rate)
 
     @functools.partial(xla.jit, family=student.family)
-    def _step(state: DistillState, obs, t_logits, t_value):
+    def _step(state: DistillState, obs, t_logits, t_value, kids=None):
+        # kids: (child_obs [K, A, *obs], valid [K, A], teacher logits [K, A, A'], teacher values [K, A]).
         def loss_fn(p):
             s_logits, s_value = student_apply(p, obs)
-            return distillation_loss(t_logits, t_value, s_logits, s_value, temperature, value_coef, continuous)
+            loss = distillation_loss(t_logits, t_value, s_logits, s_value, temperature, value_coef, continuous)
+            if kids is not None:
+                c_obs, valid, c_logits, c_value = kids
+                cs_logits, cs_value = student_apply(p, _rows(c_obs))
+                loss = loss + children_loss(c_logits, c_value, cs_logits.reshape(c_logits.shape),
+                                            cs_value.reshape(c_value.shape), valid, temperature, value_coef,
+                                            sibling_coef)
+            return loss
 
         loss, grads = jax.value_and_grad(loss_fn)(state.student_params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.student_params)
         params = optax.apply_updates(state.student_params, updates)
         return DistillState(params, opt_state, state.steps + 1, loss.astype(jnp.float32), state.version)
 
-    @jax.jit
-    def _fused_steps(state: DistillState, obs, t_logits, t_value):
-        return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value), state)
+    def _rows(x):  # [K, A, *obs] -> [K * A, *obs]
+        return x.reshape((-1,) + x.shape[2:])
+
+    def _kids(params, kids):
+        # The K evenly spaced roots' children and the teacher's outputs there, or None.
+        if kids is None or not children:
+            return None
+        c_obs, valid = kids
+        n = c_obs.shape[0]
+        k = min(children, n)
+        pick = jnp.arange(k) * (n // k)
+        c_obs, valid = c_obs[pick], valid[pick]
+        c_logits, c_value = teacher_apply(params, _rows(c_obs))
+        return c_obs, valid, c_logits.reshape(valid.shape + c_logits.shape[1:]), c_value.reshape(valid.shape)
 
     @jax.jit
-    def _fused(state: DistillState, params, obs):
+    def _fused_steps(state: DistillState, obs, t_logits, t_value, kids=None):
+        return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value, kids), state)
+
+    @jax.jit
+    def _fused(state: DistillState, params, obs, kids=None):
         t_logits, t_value = teacher_apply(params, obs)
-        return _fused_steps(state, obs, t_logits, t_value)
+        return _fused_steps(state, obs, t_logits, t_value, _kids(params, kids))
+
+    @jax.jit
+    def _fused_taught(state: DistillState, params, obs, t_logits, t_value, kids):
+        return _fused_steps(state, obs, t_logits, t_value, _kids(params, kids))
 
     teacher = xla.jit(teacher_apply, student.family)
+    kids_teacher = xla.jit(_kids, student.family)
     # Gradient steps of a conv net inside one XLA:CPU loop run many times slower than separate calls
     # (docs/DESIGN.md, "Known XLA:CPU pitfall"); other students (MLP, MinAtar's im2col net) are fused into
     # one call, conv students (xla.is_conv: CNN, IMPALA) are not.
@@ -165,14 +238,22 @@ def distill(
         zero = jnp.zeros((), jnp.int32)
         return DistillState(student_params, optimizer.init(student_params), zero, jnp.zeros(()), zero)
 
-    def run_steps(state, params, obs, outputs=None):
-        # outputs: the teacher's (logits, values) at obs, from the learner's own forward pass.
+    def run_steps(state, params, obs, outputs=None, kids=None):
+        # outputs: the teacher's (logits, values) at obs, from the learner's own forward pass; kids: the
+        # search roots' (child_obs, child_valid), or None.
+        kids = kids if children else None
         if fuse:
-            state = _fused(state, params, obs) if outputs is None else _fused_steps(state, obs, *outputs)
+            if outputs is None:
+                state = _fused(state, params, obs, kids)
+            elif kids is None:
+                state = _fused_steps(state, obs, *outputs)
+            else:
+                state = _fused_taught(state, params, obs, *outputs, kids)
         else:
             t_logits, t_value = teacher(params, obs) if outputs is None else outputs
+            taught = None if kids is None else kids_teacher(params, kids)
             for _ in range(steps):
-                state = _step(state, obs, t_logits, t_value)
+                state = _step(state, obs, t_logits, t_value, taught)
         return state._replace(version=state.version + 1)
 
     worker = _AsyncWorker(run_steps) if asynchronous else None
@@ -183,21 +264,22 @@ def distill(
             worker.reset(state)
         return state.student_params, state
 
-    def compress(params, state, obs, teacher=None):
+    def compress(params, state, obs, teacher=None, children=None):
         if worker is not None:
             if obs is not None:
-                worker.submit(params, obs, teacher)
+                worker.submit(params, obs, teacher, children)
             state = worker.latest()
         elif obs is not None:
-            state = run_steps(state, params, obs, teacher)
+            state = run_steps(state, params, obs, teacher, children)
         return state.student_params, state
 
     return Compressor(init, compress, actor_apply=lambda apply: student_apply, timed_stages=("distill",),
-                      takes_teacher=True)
+                      takes_teacher=True, takes_children=children > 0)
 
 
 class _AsyncWorker:
-    """A daemon thread running ``run_steps(state, params, obs, teacher)`` on the newest submitted snapshot.
+    """A daemon thread running ``run_steps(state, params, obs, teacher, children)`` on the newest submitted
+    snapshot.
 
     ``submit`` replaces a snapshot the thread has not started yet (the newest teacher wins); ``latest``
     returns the last published state without waiting; ``wait`` blocks until every submitted snapshot
@@ -218,10 +300,10 @@ class _AsyncWorker:
         with self._cond:
             self._state, self._pending = state, None
 
-    def submit(self, params, obs, teacher=None) -> None:
+    def submit(self, params, obs, teacher=None, children=None) -> None:
         with self._cond:
             self._raise()
-            self._pending = (params, obs, teacher)
+            self._pending = (params, obs, teacher, children)
             self._cond.notify_all()
 
     def latest(self):
@@ -243,10 +325,10 @@ class _AsyncWorker:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending is not None)
-                (params, obs, teacher), self._pending, self._busy = self._pending, None, True
+                (params, obs, teacher, children), self._pending, self._busy = self._pending, None, True
                 state = self._state
             try:
-                new = jax.block_until_ready(self._run_steps(state, params, obs, teacher))
+                new = jax.block_until_ready(self._run_steps(state, params, obs, teacher, children))
             except Exception as err:  # surfaced to the caller at its next submit/latest
                 with self._cond:
                     self._error, self._busy = err, False
