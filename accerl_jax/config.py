@@ -238,6 +238,17 @@ class Config:
     """Distil on the teacher outputs the learner's own forward pass computed over the rollout (under the
     parameters before its update, so the student tracks the learner one update behind) instead of a second
     forward pass of the updated learner (every loop)."""
+    distill_children: int = 0
+    """Search runs (--agent search) with a distill compressor: per update, the student also learns the
+    learner's outputs at the children of this many search roots (evenly spaced over the rollout's, each
+    root's children as the actor's search tree holds them), with the sibling term that fits the value
+    differences between a root's actions (--distill-sibling-coef). 0: the roots only. The search compares
+    its actions by those differences, which a student fitted at the roots alone gets wrong
+    (docs/RESULTS.md, "Breakout-MinAtar past 150k steps"). Costs the learner's forward pass over
+    roots x actions children per update."""
+    distill_sibling_coef: float = 10.0
+    """Weight of the sibling term with --distill-children: the squared error of the student's children's
+    values centred on each root's mean, against the learner's."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has
@@ -368,6 +379,8 @@ def validate(cfg: Config) -> None:
         ("max_grad_norm", cfg.max_grad_norm > 0, "a positive number"),
         ("distill_steps", 0 <= cfg.distill_steps <= 10_000, "an integer in [0, 10000]"),
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
+        ("distill_children", 0 <= cfg.distill_children <= 65536, "an integer in [0, 65536]"),
+        ("distill_sibling_coef", cfg.distill_sibling_coef >= 0, "a number >= 0"),
         ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
         ("ppo_clip", 0.0 < cfg.ppo_clip < 1.0, "a number in (0, 1)"),
         ("epochs", 0 <= cfg.epochs <= 1000, "an integer in [1, 1000], or 0 for the loss's default"),

@@ -400,6 +400,7 @@ def test_same_run_counts_equal_digests_per_seed_and_round_only():
 @pytest.mark.parametrize("argv, names", [(["--steps", "0"], "--steps 0"), (["--student", "huge"], "'huge'"),
                                          (["--observations", "4"], "--observations 4"),
                                          (["--value-coef", "0"], "--value-coef 0"),
+                                         (["--sibling-coef", "-1"], "--sibling-coef -1"),
                                          (["--out", "/nowhere/x.json"], "'/nowhere/x.json'")])
 def test_distill_search_probe_bad_flags_exit_2_with_one_line(argv, names, tmp_path, capsys):
     from experiments.probes import distill_search
@@ -439,3 +440,12 @@ def test_distill_search_probe_distils_a_search_run_and_plays_every_variant(tmp_p
     for name in ("teacher_search", "student_search", "student_prior_teacher_value", "teacher_prior_student_value",
                  "teacher_alone", "student_alone"):
         assert got[name]["episodes"] == 3 and got[name]["return_mean"] >= 1.0  # CartPole pays 1 per step
+    # --children: 512 roots of N's search recorded with their tree children; the held sibling error falls.
+    assert distill_search.main([str(run), "--children", "--observations", "512", "--steps", "300", "--batch", "64",
+                                "--episodes", "3", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    d = got["distill"]
+    assert d["train_observations"] + d["held_observations"] == 512 and d["held_observations"] == 128
+    assert 0.0 < got["children"]["valid_share"] <= 1.0
+    assert d["held"]["sibling_mse"] < d["held_before"]["sibling_mse"]
+    assert got["student_search"]["episodes"] == 3

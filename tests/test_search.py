@@ -160,6 +160,42 @@ def test_search_model_ends_at_terminal_states():
     assert float(root_value[1]) > 95.0
 
 
+def test_search_records_its_roots_children():
+    """``record_children``: each root's child per action is the model's step from the root (CartPole is
+    deterministic), valid where expanded and not past the episode's end (every child of a state that
+    terminates after any action is invalid); the search's choices are the same as without recording."""
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = make_env("gymnax:CartPole-v1", 3)
+    state, obs = env.reset(jax.random.PRNGKey(0))
+    gym_state = state.env_state.replace(theta=jnp.array([0.205, 0.0, 0.05]), theta_dot=jnp.array([2.0, 0.0, -0.3]))
+    obs = jnp.stack([gym_state.x, gym_state.x_dot, gym_state.theta, gym_state.theta_dot], axis=1)
+    w = jax.random.normal(jax.random.PRNGKey(3), (4, 3))
+
+    def apply(p, o):
+        out = o @ w
+        return out[:, :2], out[:, 2]
+
+    settings = SearchSettings(num_simulations=8)
+    plain = jax.jit(functools.partial(search_policy, apply, env.model, settings))(None, obs, gym_state,
+                                                                                  jax.random.PRNGKey(1))
+    out = jax.jit(functools.partial(search_policy, apply, env.model, settings, record_children=True))(
+        None, obs, gym_state, jax.random.PRNGKey(1))
+    assert plain.child_obs is None and plain.child_valid is None
+    for a, b in zip(plain[:6], out[:6]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert out.child_obs.shape == (3, 2, 4) and out.child_valid.shape == (3, 2) and out.child_valid.dtype == bool
+    genv, gparams = env.model
+    for i in range(3):
+        root = jax.tree.map(lambda x: x[i], gym_state)
+        for a in range(2):
+            o, _, _, done, _ = genv.step_env(jax.random.PRNGKey(0), root, a, gparams)
+            assert bool(out.child_valid[i, a]) == (not bool(done) and float(out.root_visits[i, a]) > 0), (i, a)
+            if float(out.root_visits[i, a]) > 0:
+                np.testing.assert_allclose(np.asarray(out.child_obs[i, a]), np.asarray(o), rtol=1e-6)
+    assert not np.asarray(out.child_valid[0]).any() and np.asarray(out.child_valid[1:]).all()
+
+
 def _toy_search(sims: int, considered: int, invalid):
     """A small Gumbel MuZero search with a fixed network (``B = 6`` roots, ``A = 5`` actions, a made-up
     deterministic model): ``(root, mctx's PolicyOutput)``."""
@@ -285,10 +321,11 @@ def test_short_cartpole_search_run_learns(tmp_path):
     assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
 
 
-# One short distill:small search run (2 updates, 4 simulations) in this process, shared by the tests below:
-# a compressor under the search, the summary's fields, the evaluation, and the one-device side of the
-# 1-vs-2 devices check (int8 runs under the search in the learning run above).
-SHORT = dict(updates=2, num_simulations=4, compressor="distill:small")
+# One short distill:small search run (2 updates, 4 simulations, the student also learning 8 roots'
+# children: --distill-children) in this process, shared by the tests below: a compressor under the search,
+# the summary's fields, the evaluation, and the one-device side of the 1-vs-2 devices check (int8 runs under
+# the search in the learning run above).
+SHORT = dict(updates=2, num_simulations=4, compressor="distill:small", distill_children=8)
 
 
 @pytest.fixture(scope="module")
@@ -438,6 +475,11 @@ def test_one_and_two_devices_train_alike(tmp_path):
     (["--env", "envpool:CartPole-v1"], "bad --env 'envpool:CartPole-v1' with --agent search"),
     (["--loop", "sequential"], "bad --loop sequential with --agent search"),
     (["--search-target", "actor"], "bad --search-target 'actor'"),
+    (["--distill-children", "-1"], "bad --distill-children -1"),
+    (["--distill-children", "8", "--compressor", "int8"], "bad --distill-children 8 with --compressor 'int8'"),
+    (["--distill-children", "8", "--compressor", "auto"], "bad --distill-children 8: "),
+    (["--distill-children", "8", "--agent", "actor-critic", "--compressor", "distill:small"],
+     "bad --distill-children 8: "),
 ])
 def test_bad_search_input_exits_2_with_one_line(tmp_path, capsys, flags, expected):
     """The CLI's entry point (what ``python -m accerl_jax.train`` exits with), in this process."""

@@ -110,7 +110,8 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
             raise ConfigError(str(err)) from None
     return plan_lib.make_checked_compressor(
         cfg.compressor, spec, learner_apply, obs_dtype, distill_steps=cfg.distill_steps,
-        distill_learning_rate=cfg.distill_learning_rate, distill_async=cfg.distill_async)
+        distill_learning_rate=cfg.distill_learning_rate, distill_async=cfg.distill_async,
+        distill_children=cfg.distill_children, distill_sibling_coef=cfg.distill_sibling_coef)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +325,10 @@ def build(cfg: Config, plan: plan_lib.Plan, env,
         if cfg.agent == "search":  # each step a search with the actor's network (the plan checked the env)
             from accerl_jax.search.acting import SearchSettings, make_search_actor
 
-            make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg))
+            # --distill-children: the actor records its roots' children for the student (the compressor's
+            # takes_children).
+            make = functools.partial(make_search_actor, settings=SearchSettings.from_config(cfg),
+                                     record_children=cfg.distill_children > 0)
         actor_for = functools.partial(make, make_env(cfg.env, 1, cfg.seed), rollout_length=cfg.rollout_length,
                                       family=spec.family, groups=groups, mesh=mesh if global_state else None)
         # --compressor auto's gate counts the rollout the update consumes, the global batch's: the sequential

@@ -207,7 +207,8 @@ def check_search(cfg: Config) -> None:
     Raises:
       ConfigError: a pgx env with another agent or an unknown game (:data:`accerl_jax.config.PGX_GAMES`);
         an env that is neither gymnax nor pgx (the search steps the env's own model), ``--corrector retrace``
-        (the search's loss uses no corrector; retrace would only add a Q head). ``--compressor auto`` runs:
+        (the search's loss uses no corrector; retrace would only add a Q head); ``--distill-children`` without
+        ``--agent search`` or with ``--compressor auto``. ``--compressor auto`` runs:
         its gate resolves it to one compressor before training (:mod:`accerl_jax.run.auto_gate`).
     """
     if cfg.env.startswith("pgx:"):
@@ -218,6 +219,12 @@ def check_search(cfg: Config) -> None:
         if cfg.agent != "search":
             raise ConfigError(f"bad --agent {cfg.agent} for --env {cfg.env}: two-player games are learned by self-play "
                               "with the search agent only; use --agent search (or --preset connect4)")
+    if cfg.distill_children and (cfg.agent != "search" or cfg.compressor == "auto"):
+        why = (f"--agent {cfg.agent} has no search tree" if cfg.agent != "search"
+               else "--compressor auto picks its compressor itself")
+        raise ConfigError(f"bad --distill-children {cfg.distill_children}: it distils the student on search roots' "
+                          f"children, and {why}; use it with --agent search and a distill compressor "
+                          "(e.g. --compressor distill:small), or drop it")
     if cfg.agent != "search":
         return
     if not cfg.env.startswith(JITTABLE_BACKENDS):
@@ -682,7 +689,8 @@ def check_compressors(cfg: Config, spec: networks.NetworkSpec, obs_dtype: str = 
     kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate}
     if cfg.compressor != "auto":
         return make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
-                                       distill_async=cfg.distill_async, **kwargs).takes_teacher
+                                       distill_async=cfg.distill_async, distill_children=cfg.distill_children,
+                                       distill_sibling_coef=cfg.distill_sibling_coef, **kwargs).takes_teacher
     try:
         candidates = parse_candidates(cfg.auto_candidates)
     except ValueError as err:

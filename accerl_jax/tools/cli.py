@@ -67,7 +67,8 @@ GROUPS = (
         "normalize_rewards", "discount", "lambda_", "clip_rho_threshold", "clip_pg_rho_threshold", "entropy_coef",
         "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "clip_value", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
-        "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "compress_every",
+        "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "distill_children",
+        "distill_sibling_coef", "compress_every",
         "policy_lag", "max_actor_kl",
         "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
@@ -88,7 +89,7 @@ SHORT_HELP = {
     "config": "a YAML or TOML file of settings (flag names)",
     "env": "gymnax:<id> or envpool:<id>, or your own env's import path",
     "compressor": "the actors' policy: auto (compress only where the actor is most of an update), none, distill:small, int8, ...",
-    "corrector": "off-policy correction: vtrace, retrace, is, none (--agent search: none)",
+    "corrector": "off-policy correction: vtrace, retrace, is or none",
     "loss": "appo, actor-critic or auto",
     "total_steps": "budget in agent steps, summed over the envs",
     "num_envs": "environments stepped together (B)",
