@@ -15,11 +15,18 @@ episodes of each of:
 * ``teacher_prior_student_value``: the search with N's prior logits and the student's value;
 * ``teacher_alone``, ``student_alone``: each network sampling its own action, no search.
 
+With ``--children`` the kept observations come from the probe's own play of N's search recording each root's
+children as the tree holds them (``search_policy(..., record_children=True)``, what ``--distill-children``
+distils on in training), and the student also learns N at every root's children with
+:func:`accerl_jax.compressor.distill.children_loss` (``--sibling-coef``, the sibling term's weight); the
+held numbers then add ``sibling_mse``, the squared error of the held children's values centred on each
+root's mean (the value differences the search compares).
+
 Usage::
 
     python -m experiments.probes.distill_search RUN [--student small] [--observations 100000]
-        [--steps 4000] [--batch 1024] [--learning-rate 1e-3] [--value-coef 0.5] [--episodes 256] [--seed 3]
-        [--out FILE.json]
+        [--steps 4000] [--batch 1024] [--learning-rate 1e-3] [--value-coef 0.5] [--children]
+        [--sibling-coef 10] [--episodes 256] [--seed 3] [--out FILE.json]
 
 Prints one line per stage and, with ``--out``, writes the numbers as JSON (returns: mean return of the
 whole episodes, undiscounted; ``distill.held`` and ``distill.held_before``, after and before distilling:
@@ -51,6 +58,10 @@ def _parser() -> Parser:
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate [1e-3]")
     p.add_argument("--value-coef", type=float, default=0.5,
                    help="weight of the value MSE in the loss (the distill compressor's: 0.5) [0.5]")
+    p.add_argument("--children", action="store_true",
+                   help="also distil on each kept root's search-tree children (--distill-children's loss)")
+    p.add_argument("--sibling-coef", type=float, default=10.0,
+                   help="with --children: weight of the sibling term (--distill-sibling-coef's) [10]")
     p.add_argument("--episodes", type=int, default=256, help="episodes played per evaluated policy [256]")
     p.add_argument("--seed", type=int, default=3, help="evaluation seed (the same episodes' starts for all) [3]")
     p.add_argument("--out", default=None, help="write the numbers here as JSON [unset: print only]")
@@ -69,7 +80,7 @@ def probe(args) -> dict:
     import optax
 
     from accerl_jax import evaluate, networks
-    from accerl_jax.compressor.distill import distillation_loss
+    from accerl_jax.compressor.distill import children_loss, distillation_loss
     from accerl_jax.config import ConfigError
     from accerl_jax.monitor import policy_divergence
     from accerl_jax.search.evaluation import search_settings
@@ -93,12 +104,23 @@ def probe(args) -> dict:
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         return played
 
-    obs = jnp.asarray(play("teacher_search", t.apply, t.params, keep_obs=args.observations)["obs"], jnp.float32)
+    played = play("teacher_search", t.apply, t.params, keep_obs=0 if args.children else args.observations)
+    if args.children:
+        obs, kids, valid = _tree_play(t, settings, args.observations, args.seed)
+        out["children"] = {"sibling_coef": args.sibling_coef, "valid_share": float(valid.mean())}
+    else:
+        obs = jnp.asarray(played["obs"], jnp.float32)
     held_n = min(HELD, obs.shape[0] // 4)
     train, held = obs[:-held_n], obs[-held_n:]
     teacher = jax.jit(lambda o: t.apply(t.params, o)[:2])
     t_logits, t_value = teacher(train)
     h_logits, h_value = teacher(held)
+    if args.children:
+        rows = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [n, A, ...] -> [n * A, ...]
+        k_logits, k_value = _batched(teacher, rows(kids))
+        k_logits, k_value = k_logits.reshape(valid.shape + k_logits.shape[1:]), k_value.reshape(valid.shape)
+        kids_train = (kids[:-held_n], valid[:-held_n], k_logits[:-held_n], k_value[:-held_n])
+        kids_held = (kids[-held_n:], valid[-held_n:], k_logits[-held_n:], k_value[-held_n:])
     sspec = networks.student_spec(t.spec, args.student)
     out["student_widths"] = list(sspec.widths)
     s_apply = networks.make_apply(sspec)
@@ -110,7 +132,13 @@ def probe(args) -> dict:
     def step(params, opt_state, idx):
         def loss_fn(p):
             s_logits, s_value = s_apply(p, train[idx])[:2]
-            return distillation_loss(t_logits[idx], t_value[idx], s_logits, s_value, 1.0, args.value_coef)
+            loss = distillation_loss(t_logits[idx], t_value[idx], s_logits, s_value, 1.0, args.value_coef)
+            if args.children:
+                c_obs, c_valid, c_logits, c_value = (x[idx] for x in kids_train)
+                cs_logits, cs_value = _on_children(s_apply, p, c_obs)
+                loss = loss + children_loss(c_logits, c_value, cs_logits, cs_value, c_valid, 1.0, args.value_coef,
+                                            args.sibling_coef)
+            return loss
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
@@ -120,8 +148,15 @@ def probe(args) -> dict:
     def held_numbers(params):
         s_logits, s_value = s_apply(params, held)[:2]
         policy = policy_divergence(h_logits, s_logits)  # the measure the runs log, the teacher as the learner
-        return {"kl": policy["kl_learner_actor"], "value_mse": jnp.mean((s_value - h_value) ** 2),
-                "agreement": policy["action_agreement"]}
+        numbers = {"kl": policy["kl_learner_actor"], "value_mse": jnp.mean((s_value - h_value) ** 2),
+                   "agreement": policy["action_agreement"]}
+        if args.children:
+            c_obs, c_valid, _, c_value = kids_held
+            _, cs_value = _on_children(s_apply, params, c_obs)
+            # the sibling term alone: its mean over the valid children
+            numbers["sibling_mse"] = children_loss(jnp.zeros(c_value.shape + (1,)), c_value,
+                                                   jnp.zeros(c_value.shape + (1,)), cs_value, c_valid, 1.0, 0.0, 1.0)
+        return numbers
 
     before = {k: float(v) for k, v in held_numbers(params).items()}
     rng = np.random.default_rng(args.seed)
@@ -143,6 +178,54 @@ def probe(args) -> dict:
     return out
 
 
+def _tree_play(t, settings, n: int, seed: int):
+    """N's search from fresh resets of ``t``'s env (keys of ``seed``) for at least ``n`` roots, recording each
+    root's children (``search_policy(..., record_children=True)``): ``(obs [n, *obs_shape], child_obs
+    [n, A, *obs_shape], child_valid [n, A] bool)`` as device arrays, time-major over the env batch."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from accerl_jax.search.acting import search_policy
+
+    env = t.env
+
+    @jax.jit
+    def chunk(carry):
+        def one(c, _):
+            env_state, obs, key = c
+            key, sub = jax.random.split(key)
+            out = search_policy(t.apply, env.model, settings, t.params, obs, env_state.env_state, sub,
+                                record_children=True)
+            env_state, tr = env.step(env_state, out.action)
+            return (env_state, tr.obs, key), (obs, out.child_obs, out.child_valid)
+
+        return jax.lax.scan(one, carry, None, length=16)
+
+    key = jax.random.PRNGKey(seed)
+    carry = (*jax.jit(env.reset)(key), key)
+    parts, kept = [], 0
+    while kept < n:
+        carry, part = chunk(carry)
+        parts.append(jax.tree.map(lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), part))
+        kept += parts[-1][0].shape[0]
+    return tuple(jnp.asarray(np.concatenate(x)[:n]) for x in zip(*parts))
+
+
+def _batched(f, x, size: int = 8192):
+    """``f`` over ``x``'s rows in batches of ``size``, concatenated (a forward pass over many observations)."""
+    import jax.numpy as jnp
+
+    outs = [f(x[i:i + size]) for i in range(0, x.shape[0], size)]
+    return tuple(jnp.concatenate(parts) for parts in zip(*outs))
+
+
+def _on_children(apply, params, c_obs):
+    """``apply``'s (logits ``[n, A, A']``, values ``[n, A]``) at children ``c_obs [n, A, *obs_shape]``."""
+    logits, value = apply(params, c_obs.reshape((-1,) + c_obs.shape[2:]))[:2]
+    return logits.reshape(c_obs.shape[:2] + logits.shape[1:]), value.reshape(c_obs.shape[:2])
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit code (2: bad input, one line on stderr)."""
     from accerl_jax.config import ConfigError
@@ -156,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("learning_rate", "value_coef"):
         if not getattr(args, name) > 0:
             p.error(f"bad --{name.replace('_', '-')} {getattr(args, name)}; expected a number > 0")
+    if not args.sibling_coef >= 0:
+        p.error(f"bad --sibling-coef {args.sibling_coef}; expected a number >= 0")
     if args.observations < 8:
         p.error(f"bad --observations {args.observations}; expected at least 8 (a quarter, at most {HELD}, is held out)")
     if args.student not in STUDENT_PRESETS:
