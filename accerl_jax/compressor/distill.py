@@ -198,8 +198,9 @@ def distill(
         return x.reshape((-1,) + x.shape[2:])
 
     def _kids(params, kids):
-        # The K evenly spaced roots' children and the teacher's outputs there, or None.
-        if kids is None or not children:
+        # The K evenly spaced roots' children and the teacher's outputs there, or None (run_steps drops the
+        # children where children == 0).
+        if kids is None:
             return None
         c_obs, valid = kids
         n = c_obs.shape[0]

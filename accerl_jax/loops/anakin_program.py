@@ -29,7 +29,7 @@ from accerl_jax.run import guard as guard_lib
 from accerl_jax.run import replicas
 from accerl_jax.run.guard import FINITE
 from accerl_jax.loops.shared import learner_update
-from accerl_jax.run.build import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, teacher_kwargs
+from accerl_jax.run.build import DIVERGENCE_SAMPLES, REFRESH_SAMPLES, Run, children_kwargs, teacher_kwargs
 
 
 class AnakinState(NamedTuple):
@@ -175,10 +175,7 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
             first_bad = (s.bad_update == 0) & (bad != FINITE)
         obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
         kwargs = teacher_kwargs(outputs, obs.shape[0])
-        if compressor.takes_children and getattr(rollout, "child_obs", None) is not None:
-            # --distill-children: the search roots' children, [T, B, A, ...] -> [T * B, A, ...].
-            kwargs["children"] = (rollout.child_obs.reshape(obs.shape[:1] + rollout.child_obs.shape[2:]),
-                                  rollout.child_valid.reshape(obs.shape[:1] + rollout.child_valid.shape[2:]))
+        kwargs.update(children_kwargs(compressor, rollout, obs.shape[0]))  # --distill-children
         if every == 1:
             actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs, **kwargs)
             refreshed, version = jnp.bool_(True), it

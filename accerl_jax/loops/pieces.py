@@ -17,7 +17,7 @@ import jax
 from accerl_jax.platform import cost
 from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import auto_gate
-from accerl_jax.run.build import Run, teacher_kwargs
+from accerl_jax.run.build import Run, children_kwargs, teacher_kwargs
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
                 "(accerl_jax.platform.cost.flops; nothing compiled)")
@@ -33,28 +33,15 @@ def has_pieces(run: Run) -> bool:
 
 
 def _compress_fn(run: Run) -> Callable:
-    """``(learner params, compressor state, obs [T * B, ...], teacher outputs or None, children or None) ->
+    """``(learner params, compressor state, obs [T * B, ...], teacher outputs or None, rollout or None) ->
     (actor params, compressor state)``, the teacher outputs ``[T, B, ...]`` flattened as the Anakin program
-    hands them over; ``children``: a search's ``(child_obs [T * B, A, ...], child_valid [T * B, A])``
-    (:func:`_children`), given to a compressor that takes them (``--distill-children``)."""
-    def compress(params, state, obs, outputs, children=None):
+    hands them over, and a search rollout's recorded children likewise (``--distill-children``)."""
+    def compress(params, state, obs, outputs, rollout=None):
         kwargs = teacher_kwargs([] if outputs is None else [outputs], obs.shape[0])
-        if children is not None and run.compressor.takes_children:
-            kwargs["children"] = children
+        kwargs.update(children_kwargs(run.compressor, rollout, obs.shape[0]))
         return run.compressor.compress(params, state, obs, **kwargs)
 
     return compress
-
-
-def _children(rollout, flat: Callable = None):
-    """A search rollout's recorded children ``(child_obs, child_valid)`` with ``[T, B]`` merged, as the
-    Anakin program hands them to the compressor (``flat``: how to merge, default a reshape; shapes alone
-    for :func:`count_flops`), or None where the rollout has none."""
-    child_obs = getattr(rollout, "child_obs", None)
-    if child_obs is None:
-        return None
-    flat = flat or (lambda x: x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:])))
-    return flat(child_obs), flat(rollout.child_valid)
 
 
 def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
@@ -82,9 +69,8 @@ def count_flops(run: Run, learner, actor_params, comp_state, carry) -> dict:
     learner_flops, update_shape = cost.flops_and_shape(update, learner, rollout_shape)
     obs_shape = _flat_obs(rollout_shape.obs)
     outputs_shape = update_shape[2] if reuse else None
-    children = _children(rollout_shape, lambda x: jax.ShapeDtypeStruct(
-        (x.shape[0] * x.shape[1],) + tuple(x.shape[2:]), x.dtype))
-    compress_flops = cost.flops(_compress_fn(run), learner.params, comp_state, obs_shape, outputs_shape, children)
+    compress_flops = cost.flops(_compress_fn(run), learner.params, comp_state, obs_shape, outputs_shape,
+                                rollout_shape)
     return {"flops": cost.amdahl(actor_flops, uncompressed_flops, learner_flops,
                                  compress_flops / run.cfg.compress_every, unit="flops"),
             "flops_source": FLOPS_SOURCE}
@@ -159,12 +145,11 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
         _, rollout = roll_c(actor_params, carry)
         outputs = update(learner, rollout)[2] if reuse else None
         obs = rollout.obs.reshape(_flat_obs(rollout.obs).shape)
-        children = _children(rollout)
         seconds = cost.time_pieces({
             "actor": lambda: roll_c(actor_params, carry),
             "uncompressed_actor": lambda: roll_u(learner.params, carry),
             "learner": lambda: update(learner, rollout),
-            "compress": lambda: compress_c(learner.params, comp_state, obs, outputs, children),
+            "compress": lambda: compress_c(learner.params, comp_state, obs, outputs, rollout),
         }, repeats=20)
         shares = cost.amdahl(seconds["actor"], seconds["uncompressed_actor"], seconds["learner"],
                              seconds["compress"] / run.cfg.compress_every)

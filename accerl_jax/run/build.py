@@ -549,6 +549,18 @@ def teacher_kwargs(outputs: list, rows: int) -> dict:
     return {"teacher": (flat(outputs[0].policy_out), flat(outputs[0].value))}
 
 
+def children_kwargs(compressor, rollout, rows: int) -> dict:
+    """``compress``'s ``children`` keyword for a compressor that takes them (``--distill-children``) from a
+    search rollout that recorded its roots' children: ``{"children": (child_obs [rows, A, ...], child_valid
+    [rows, A] bool)}`` with ``rows = T * B`` (:attr:`accerl_jax.search.acting.SearchRollout.child_obs`), or
+    ``{}``. ``rollout`` may hold shapes alone (``jax.ShapeDtypeStruct``, traced)."""
+    child_obs = getattr(rollout, "child_obs", None)
+    if not compressor.takes_children or child_obs is None:
+        return {}
+    flat = lambda x: x.reshape((rows,) + tuple(x.shape[2:]))  # noqa: E731  [T, B, ...] -> [T * B, ...]
+    return {"children": (flat(child_obs), flat(rollout.child_valid))}
+
+
 def policy_versions(completed: int, count: int, compress_every: int) -> list[int]:
     """Policy versions of the last ``count`` compressed parameter sets after ``completed`` updates, oldest
     first: the set made after update ``u`` was compressed after update ``(u // compress_every) *
