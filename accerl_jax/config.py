@@ -249,6 +249,11 @@ class Config:
     distill_sibling_coef: float = 10.0
     """Weight of the sibling term with --distill-children: the squared error of the student's children's
     values centred on each root's mean, against the learner's."""
+    distill_minibatches: int = 1
+    """Distil each update's rows in this many minibatches: gradient step i learns every M-th row (from
+    row i mod M) of the rollout's observations (and of the --distill-children roots' children), so with
+    --distill-steps equal to it each row is learnt once per update at 1/M of the student's cost of
+    full-batch steps. 1: every step learns all rows."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has
@@ -381,6 +386,7 @@ def validate(cfg: Config) -> None:
         ("distill_learning_rate", cfg.distill_learning_rate > 0, "a positive number"),
         ("distill_children", 0 <= cfg.distill_children <= 65536, "an integer in [0, 65536]"),
         ("distill_sibling_coef", cfg.distill_sibling_coef >= 0, "a number >= 0"),
+        ("distill_minibatches", 1 <= cfg.distill_minibatches <= 65536, "an integer in [1, 65536]"),
         ("log_every", 0 < cfg.log_every <= big, "an integer in [1, 2^31)"),
         ("ppo_clip", 0.0 < cfg.ppo_clip < 1.0, "a number in (0, 1)"),
         ("epochs", 0 <= cfg.epochs <= 1000, "an integer in [1, 1000], or 0 for the loss's default"),

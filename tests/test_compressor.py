@@ -1136,6 +1136,50 @@ def test_distill_on_search_children_fits_the_siblings_value_differences():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("kind", ["mlp", "minatar"])  # fused into one call, and the conv student's loop
+def test_distill_minibatches_learn_every_mth_row_per_step(kind):
+    """``minibatches=M`` (``--distill-minibatches``): gradient step ``i`` learns the rows ``i mod M``,
+    ``i mod M + M``, ... of the first ``(N // M) * M`` observations and, where ``K >= M``, of the roots'
+    children (all ``K`` where ``K < M``): the same student as one full-batch step per minibatch in turn.
+    Fewer observations than ``M`` are all learnt at every step; ``M < 1``, or ``M > 1`` without a distill
+    stage, is refused naming the value."""
+    from accerl_jax.compressor.distill import distill
+
+    net = _net(kind)
+    student = networks.student_spec(net.spec, "small" if kind == "mlp" else "tiny")
+    shape = net.spec.obs_shape
+    obs = jax.random.normal(jax.random.PRNGKey(7), (10,) + shape)  # 10 rows, M = 4: the last 2 sit out
+    for k in (8, 3):  # K >= M: the children are minibatched too; K < M: every step learns them all
+        kids = jax.random.normal(jax.random.PRNGKey(8), (k, 3) + shape)
+        valid = jnp.ones((k, 3), bool).at[0, 1].set(False)
+        batched = distill(net.apply, student, steps=6, minibatches=4, children=64)
+        one = distill(net.apply, student, steps=1, children=64)
+        _, got = batched.init(net.params, jax.random.PRNGKey(0))
+        _, want = one.init(net.params, jax.random.PRNGKey(0))
+        got = batched.compress(net.params, got, obs, children=(kids, valid))[1]
+        for i in range(6):
+            rows = slice(i % 4, 8, 4)
+            c_rows = rows if k >= 4 else slice(None)  # K = 3 < M: all 3 roots' children at every step
+            want = one.compress(net.params, want, obs[rows], children=(kids[c_rows], valid[c_rows]))[1]
+        assert int(got.steps) == int(want.steps) == 6
+        for a, b in zip(jax.tree.leaves(got.student_params), jax.tree.leaves(want.student_params), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+    full = distill(net.apply, student, steps=6, children=64)  # full-batch steps make another student
+    full_state = full.compress(net.params, full.init(net.params, jax.random.PRNGKey(0))[1], obs,
+                               children=(kids, valid))[1]
+    assert not all(np.allclose(np.asarray(a), np.asarray(b)) for a, b in
+                   zip(jax.tree.leaves(full_state.student_params), jax.tree.leaves(got.student_params)))
+    with pytest.raises(ValueError, match="minibatches >= 1, got 0"):
+        distill(net.apply, student, minibatches=0)
+    few, plain = distill(net.apply, student, minibatches=16), distill(net.apply, student)
+    got = few.compress(net.params, few.init(net.params, jax.random.PRNGKey(0))[1], obs)[1]
+    want = plain.compress(net.params, plain.init(net.params, jax.random.PRNGKey(0))[1], obs)[1]
+    for a, b in zip(jax.tree.leaves(got.student_params), jax.tree.leaves(want.student_params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+    with pytest.raises(ValueError, match="bad --distill-minibatches 4 with --compressor 'int8'"):
+        make_compressor("int8", net.spec, net.apply, distill_minibatches=4)
+
+
 def test_async_distillation_takes_the_teachers_outputs():
     """The background thread distils on the outputs handed in with the snapshot, as the synchronous mode."""
     from accerl_jax.compressor import distill

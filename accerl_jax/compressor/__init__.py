@@ -112,6 +112,7 @@ def make_compressor(
     distill_async: bool = False,
     distill_children: int = 0,
     distill_sibling_coef: float = 10.0,
+    distill_minibatches: int = 1,
 ) -> Compressor:
     """Build the compressor named by ``spec`` for a learner network ``network``.
 
@@ -119,9 +120,9 @@ def make_compressor(
       spec: the ``--compressor`` string (see the module docstring).
       network: the learner's network spec (students and pruned networks are built from it).
       teacher_apply: the learner network's apply function.
-      distill_steps, distill_learning_rate, distill_async, distill_children, distill_sibling_coef: passed
-        to :func:`distill` as ``steps``, ``learning_rate``, ``asynchronous``, ``children`` and
-        ``sibling_coef``.
+      distill_steps, distill_learning_rate, distill_async, distill_children, distill_sibling_coef,
+        distill_minibatches: passed to :func:`distill` as ``steps``, ``learning_rate``, ``asynchronous``,
+        ``children``, ``sibling_coef`` and ``minibatches``.
 
     Returns:
       A :class:`Compressor`; a single stage is still wrapped in :func:`chain` so that its state is keyed
@@ -166,8 +167,12 @@ def make_compressor(
         raise ValueError(f"bad --distill-children {distill_children} with --compressor {spec!r}: it distils the "
                          "student on search roots' children, and this chain has no distill stage; drop the flag "
                          "or use e.g. 'distill:small'")
+    if distill_minibatches != 1 and "distill" not in kinds:
+        raise ValueError(f"bad --distill-minibatches {distill_minibatches} with --compressor {spec!r}: it splits "
+                         "the distillation's rows, and this chain has no distill stage; drop the flag or use e.g. "
+                         "'distill:small'")
     distilling = dict(steps=distill_steps, learning_rate=distill_learning_rate, asynchronous=distill_async,
-                      children=distill_children, sibling_coef=distill_sibling_coef)
+                      children=distill_children, sibling_coef=distill_sibling_coef, minibatches=distill_minibatches)
     stages = []
     current = network  # the network whose params the next stage receives
     stage = functools.partial(_stage, spec)

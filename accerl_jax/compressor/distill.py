@@ -139,6 +139,7 @@ def distill(
     asynchronous: bool = False,
     children: int = 0,
     sibling_coef: float = 10.0,
+    minibatches: int = 1,
 ) -> Compressor:
     """Distillation compressor.
 
@@ -157,16 +158,23 @@ def distill(
         (:func:`children_loss`; evenly spaced over the ``N`` roots given, all of them where ``children >=
         N``); 0: the roots only. The compressor then declares ``takes_children``.
       sibling_coef: ``c_sib`` of :func:`children_loss`.
+      minibatches: ``M``; gradient step ``i`` of a call learns the rows ``i mod M``, ``i mod M + M``, ...
+        of the first ``(N // M) * M`` of the ``N`` observations given, and likewise of the ``K`` roots'
+        children (all ``N`` or ``K`` rows where fewer than ``M`` are given); 1: every step learns all
+        rows. With ``steps = M`` each row is learnt once per call, at ``1 / M`` of the student's cost of
+        full-batch steps (the teacher's outputs are computed once for all rows either way).
 
     Raises:
-      ValueError: if ``steps < 0``, ``temperature <= 0``, ``children < 0`` or ``sibling_coef < 0``, or
-        ``temperature != 1`` or ``children > 0`` for a Gaussian student.
+      ValueError: if ``steps < 0``, ``temperature <= 0``, ``children < 0``, ``sibling_coef < 0`` or
+        ``minibatches < 1``, or ``temperature != 1`` or ``children > 0`` for a Gaussian student.
     """
     if steps < 0 or temperature <= 0:
         raise ValueError(f"distill needs steps >= 0 and temperature > 0, got steps={steps}, temperature={temperature}")
     if children < 0 or sibling_coef < 0:
         raise ValueError(f"distill needs children >= 0 and sibling_coef >= 0, got children={children}, "
                          f"sibling_coef={sibling_coef}")
+    if minibatches < 1:
+        raise ValueError(f"distill needs minibatches >= 1, got {minibatches}")
     continuous = student.action_dim > 0
     if continuous and temperature != 1.0:
         raise ValueError(f"distill of a Gaussian policy takes temperature 1 (the exact KL), got {temperature}")
@@ -174,6 +182,22 @@ def distill(
         raise ValueError("distill of a Gaussian policy takes no search children (a search has discrete actions)")
     student_apply = networks.make_apply(student)
     optimizer = optax.adam(learning_rate)
+
+    def _minibatch(x, i):
+        # Rows i mod M, i mod M + M, ... of the first (len(x) // M) * M rows of x (x itself where M == 1).
+        if minibatches == 1:
+            return x
+        n = x.shape[0] // minibatches
+        if n == 0:  # fewer rows than minibatches: every step learns them all
+            return x
+        rows = x[:n * minibatches].reshape((n, minibatches) + x.shape[1:])
+        return jax.lax.dynamic_index_in_dim(rows, i % minibatches, axis=1, keepdims=False)
+
+    def _step_on(state: DistillState, i, obs, t_logits, t_value, kids=None):
+        # Gradient step i of a call: on minibatch i mod M of the roots and of the children.
+        obs, t_logits, t_value = (_minibatch(x, i) for x in (obs, t_logits, t_value))
+        kids = None if kids is None else tuple(_minibatch(x, i) for x in kids)
+        return _step(state, obs, t_logits, t_value, kids)
 
     @functools.partial(xla.jit, family=student.family)
     def _step(state: DistillState, obs, t_logits, t_value, kids=None):
@@ -212,7 +236,7 @@ def distill(
 
     @jax.jit
     def _fused_steps(state: DistillState, obs, t_logits, t_value, kids=None):
-        return jax.lax.fori_loop(0, steps, lambda _, s: _step(s, obs, t_logits, t_value, kids), state)
+        return jax.lax.fori_loop(0, steps, lambda i, s: _step_on(s, i, obs, t_logits, t_value, kids), state)
 
     @jax.jit
     def _fused(state: DistillState, params, obs, kids=None):
@@ -253,8 +277,8 @@ def distill(
         else:
             t_logits, t_value = teacher(params, obs) if outputs is None else outputs
             taught = None if kids is None else kids_teacher(params, kids)
-            for _ in range(steps):
-                state = _step(state, obs, t_logits, t_value, taught)
+            for i in range(steps):
+                state = _step_on(state, i, obs, t_logits, t_value, taught)
         return state._replace(version=state.version + 1)
 
     worker = _AsyncWorker(run_steps) if asynchronous else None

@@ -78,8 +78,7 @@ def make_auto_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply,
         (:func:`accerl_jax.run.plan.make_checked_compressor`).
     """
     make = functools.partial(plan_lib.make_checked_compressor, spec=spec, learner_apply=learner_apply,
-                             obs_dtype=obs_dtype, distill_steps=cfg.distill_steps,
-                             distill_learning_rate=cfg.distill_learning_rate)
+                             obs_dtype=obs_dtype, **plan_lib.distill_kwargs(cfg, auto_candidate=True))
     return auto(
         cfg.auto_candidates, spec, learner_apply, make,
         divergence=gaussian_policy_divergence if continuous else policy_divergence,
@@ -108,10 +107,8 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
             raise
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    return plan_lib.make_checked_compressor(
-        cfg.compressor, spec, learner_apply, obs_dtype, distill_steps=cfg.distill_steps,
-        distill_learning_rate=cfg.distill_learning_rate, distill_async=cfg.distill_async,
-        distill_children=cfg.distill_children, distill_sibling_coef=cfg.distill_sibling_coef)
+    return plan_lib.make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
+                                            **plan_lib.distill_kwargs(cfg))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -193,6 +193,11 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
         if cfg.distill_async:
             raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
                               "itself, synchronously; drop the flag")
+    rows = cfg.num_envs * cfg.rollout_length
+    if cfg.distill_minibatches > rows:
+        raise ConfigError(f"bad --distill-minibatches {cfg.distill_minibatches}: an update distils {rows} rows "
+                          f"(--num-envs {cfg.num_envs} x --rollout-length {cfg.rollout_length}), too few to split "
+                          f"that many ways; use at most {rows}")
     if cfg.env.startswith("envpool:"):
         try:  # the last replica's block of env seeds must fit envpool's int seed
             envpool_seed(cfg.seed + cfg.num_seeds - 1, cfg.num_envs * num_processes)
@@ -655,6 +660,19 @@ def saved_resolution(meta: dict) -> str | None:
     return (meta.get("extra", {}).get("auto_gate") or {}).get("resolved")
 
 
+def distill_kwargs(cfg: Config, *, auto_candidate: bool = False) -> dict:
+    """The distillation flags of ``cfg`` as :func:`~accerl_jax.compressor.make_compressor`'s keyword
+    arguments: all of them for the run's ``--compressor``; for an ``auto`` candidate
+    (``auto_candidate=True``) its steps, learning rate and minibatches only (the candidates distil at the
+    roots, in the caller's thread)."""
+    kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate,
+              "distill_minibatches": cfg.distill_minibatches}
+    if not auto_candidate:
+        kwargs.update(distill_async=cfg.distill_async, distill_children=cfg.distill_children,
+                      distill_sibling_coef=cfg.distill_sibling_coef)
+    return kwargs
+
+
 def make_checked_compressor(name: str, spec: networks.NetworkSpec, learner_apply, obs_dtype: str = "float32",
                             **kwargs) -> Compressor:
     """:func:`~accerl_jax.compressor.make_compressor` for the ``--compressor`` spec ``name`` (``kwargs``:
@@ -686,17 +704,15 @@ def check_compressors(cfg: Config, spec: networks.NetworkSpec, obs_dtype: str = 
       ConfigError: a malformed spec or candidate list, or a compressor that does not fit ``spec``.
     """
     learner_apply = networks.make_apply(spec)
-    kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate}
     if cfg.compressor != "auto":
         return make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
-                                       distill_async=cfg.distill_async, distill_children=cfg.distill_children,
-                                       distill_sibling_coef=cfg.distill_sibling_coef, **kwargs).takes_teacher
+                                       **distill_kwargs(cfg)).takes_teacher
     try:
         candidates = parse_candidates(cfg.auto_candidates)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     for name in candidates:
-        make_checked_compressor(name, spec, learner_apply, obs_dtype, **kwargs)
+        make_checked_compressor(name, spec, learner_apply, obs_dtype, **distill_kwargs(cfg, auto_candidate=True))
     return False  # AutoCompressor.takes_teacher
 
 

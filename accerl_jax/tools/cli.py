@@ -68,7 +68,7 @@ GROUPS = (
         "value_coef", "max_grad_norm", "ppo_clip", "normalize_advantages", "clip_value", "epochs", "minibatches", "minibatch_unit")),
     ("compression", "the actor's compressed policy: distillation, refresh, --compressor auto", (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "distill_children",
-        "distill_sibling_coef", "compress_every",
+        "distill_sibling_coef", "distill_minibatches", "compress_every",
         "policy_lag", "max_actor_kl",
         "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
