@@ -253,7 +253,8 @@ class Config:
     """Distil each update's rows in this many minibatches: gradient step i learns every M-th row (from
     row i mod M) of the rollout's observations (and of the --distill-children roots' children), so with
     --distill-steps equal to it each row is learnt once per update at 1/M of the student's cost of
-    full-batch steps. 1: every step learns all rows."""
+    full-batch steps. 1: every step learns all rows. Not with --compressor auto (its candidates distil in
+    full batches)."""
     distill_async: bool = False
     """Distil in a background thread beside the learner (the actor runs the last published student);
     off by default: it can only pay where cores are idle while the learner and actor run (a 2-core CPU has

@@ -266,6 +266,8 @@ REFUSALS = [
      ["bad --distill-children 8", "--compressor auto picks its compressor itself"]),
     ("distill-minibatches-zero", dict(compressor="distill:small", distill_minibatches=0), {}, None,
      ["bad --distill-minibatches 0", "[1, 65536]"]),
+    ("distill-minibatches-auto", dict(compressor="auto", distill_minibatches=4), {}, None,
+     ["bad --distill-minibatches 4 with --compressor auto", "--compressor distill:small"]),
     ("distill-minibatches-over-rows", dict(compressor="distill:small", distill_minibatches=999, num_envs=8,
                                            rollout_length=16), {}, None,
      ["bad --distill-minibatches 999", "128 rows", "at most 128"]),

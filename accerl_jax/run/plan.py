@@ -193,6 +193,10 @@ def check_flags(cfg: Config, num_processes: int = 1) -> None:
         if cfg.distill_async:
             raise ConfigError("bad --distill-async with --compressor auto: auto runs its candidates' distillation "
                               "itself, synchronously; drop the flag")
+        if cfg.distill_minibatches != 1:
+            raise ConfigError(f"bad --distill-minibatches {cfg.distill_minibatches} with --compressor auto: auto's "
+                              "candidates (some without a distill stage) distil in full batches; drop the flag, or "
+                              "name the compressor (e.g. --compressor distill:small)")
     rows = cfg.num_envs * cfg.rollout_length
     if cfg.distill_minibatches > rows:
         raise ConfigError(f"bad --distill-minibatches {cfg.distill_minibatches}: an update distils {rows} rows "
@@ -663,13 +667,12 @@ def saved_resolution(meta: dict) -> str | None:
 def distill_kwargs(cfg: Config, *, auto_candidate: bool = False) -> dict:
     """The distillation flags of ``cfg`` as :func:`~accerl_jax.compressor.make_compressor`'s keyword
     arguments: all of them for the run's ``--compressor``; for an ``auto`` candidate
-    (``auto_candidate=True``) its steps, learning rate and minibatches only (the candidates distil at the
-    roots, in the caller's thread)."""
-    kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate,
-              "distill_minibatches": cfg.distill_minibatches}
+    (``auto_candidate=True``) its steps and learning rate only (the candidates distil at the roots, in full
+    batches, in the caller's thread; :func:`check_flags` refuses the other flags with ``auto``)."""
+    kwargs = {"distill_steps": cfg.distill_steps, "distill_learning_rate": cfg.distill_learning_rate}
     if not auto_candidate:
         kwargs.update(distill_async=cfg.distill_async, distill_children=cfg.distill_children,
-                      distill_sibling_coef=cfg.distill_sibling_coef)
+                      distill_sibling_coef=cfg.distill_sibling_coef, distill_minibatches=cfg.distill_minibatches)
     return kwargs
 
 
