@@ -90,15 +90,16 @@ MINATAR_SEARCH_LONG_CONFIGS = (
      **{k: v for k, v in MINATAR_SEARCH_CONFIGS[0].items() if k.startswith("(c)")}},
     MINATAR_SEARCH_CONFIGS[1])
 # compression_search_space_invaders_minatar_long's (a)/(b)/(c): the same search on SpaceInvaders-MinAtar, where the
-# compressed search kept N's return in a probe (docs/RESULTS.md, "SpaceInvaders-MinAtar"); its (b) the children row
-# with the sibling term at 30 (--distill-sibling-coef: the value differences weighted 3x the default).
+# compressed search kept N's return in a probe (docs/RESULTS.md, "SpaceInvaders-MinAtar and Asterix-MinAtar"); its
+# (b) the long benchmark's children row with the sibling term at 30 (--distill-sibling-coef: the value differences
+# weighted 3x the default).
 MINATAR_SEARCH_SPACE_INVADERS_CONFIGS = (
-    {"(a) N, none": {"compressor": "none", "cost_split": True},
+    {"(a) N, none": MINATAR_SEARCH_CONFIGS[0]["(a) N, none"],
      "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30": {
-         "compressor": "distill:small", "distill_children": 64, "distill_minibatches": 4, "distill_steps": 16,
-         "distill_learning_rate": 3e-3, "distill_sibling_coef": 30.0, "cost_split": True},
-     "(c) student, none": {"compressor": "none", "student_of": "distill:small"}},
-    ("time_to_target_s", "(a) N, none"))
+         **MINATAR_SEARCH_LONG_CONFIGS[0]["(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3"],
+         "distill_sibling_coef": 30.0},
+     "(c) student, none": MINATAR_SEARCH_CONFIGS[0]["(c) student, none"]},
+    MINATAR_SEARCH_CONFIGS[1])
 # compression_search_connect4's search agent: the connect4 preset with N = MLP(512, 512), so that the network is
 # most of the search; distill:small's student is the preset's own MLP(128, 128).
 CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not in ("env", "total_steps")},
