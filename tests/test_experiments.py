@@ -151,7 +151,8 @@ def test_compression_pays_only_when_b_is_sooner_than_a_and_c_at_equal_final_retu
     assert kinds.verdict(table(*good), labels)["pays"]
     worse_return = good[0], [[500.0, 480.0], [470.0, 470.0], [500.0, 300.0]]
     assert kinds.verdict(table(*worse_return), labels) == {"pays": False, "sooner_than_a_and_c": True,
-                                                           "equal_final_return": False, "best": labels[1]}
+                                                           "equal_final_return": False, "best": labels[1],
+                                                           "ratio_to_a": 8.5 / 11.0, "at_least_half_sooner": False}
     student_sooner = [[10.0, 12.0], [8.0, 9.0], [7.0, 7.0]], good[1]
     assert not kinds.verdict(table(*student_sooner), labels)["sooner_than_a_and_c"]
     t = table(*good)
@@ -170,10 +171,12 @@ def test_compression_verdict_picks_the_soonest_paying_b_of_several():
 
     # (b) one is soonest but its return is below (a)'s; (b) two pays
     v = kinds.verdict(table([10.0, 4.0, 6.0, 8.0], [500.0, 300.0, 500.0, 500.0]), labels)
-    assert v == {"pays": True, "sooner_than_a_and_c": True, "equal_final_return": True, "best": "(b) two"}
+    assert v == {"pays": True, "sooner_than_a_and_c": True, "equal_final_return": True, "best": "(b) two",
+                 "ratio_to_a": 0.6, "at_least_half_sooner": False}
     # neither pays: the soonest is named, with what it lacks
     v = kinds.verdict(table([10.0, 9.0, None, 8.0], [500.0, 500.0, 500.0, 500.0]), labels)
-    assert v == {"pays": False, "sooner_than_a_and_c": False, "equal_final_return": True, "best": "(b) one"}
+    assert v == {"pays": False, "sooner_than_a_and_c": False, "equal_final_return": True, "best": "(b) one",
+                 "ratio_to_a": 0.9, "at_least_half_sooner": False}
 
 
 def test_a_two_player_benchmarks_verdict_holds_the_final_win_rate_not_the_return():
@@ -198,6 +201,32 @@ def test_a_target_reached_by_fewer_than_most_runs_counts_as_never_reached():
     assert not kinds.verdict(kinds.summarise("compression", runs), labels)["sooner_than_a_and_c"]  # 1 of 3
     runs["(b)"][0]["time_to_target_s"] = 30.0  # 2 of 3: median 25 s, sooner than (a)'s 50 and (c)'s 65
     assert kinds.verdict(kinds.summarise("compression", runs), labels)["pays"]
+
+
+def test_the_verdict_states_b_over_a_and_issue_31s_half_only_where_both_reached_the_target_on_most_runs():
+    """The suite's "pays" asks only for (b) sooner; issue 31 asks for (b) at <= 0.5 of (a)'s time. Where (a)
+    reached the target on fewer than most runs there is no ratio to state (it is not "met")."""
+    labels = ["(a)", "(b)", "(c)"]
+
+    def verdict(a_times, b_times):
+        runs = {"(a)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in a_times],
+                "(b)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in b_times],
+                "(c)": [{"time_to_target_s": None, "final_return_mean": 6.0, "wall_time_s": 1.0}] * 3}
+        table = kinds.summarise("compression", runs)
+        return table, kinds.verdict(table, labels)
+
+    table, v = verdict((100.0, 80.0, 120.0), (40.0, 50.0, 60.0))
+    assert v["pays"] and v["ratio_to_a"] == 0.5 and v["at_least_half_sooner"]
+    table, v = verdict((100.0, 80.0, 120.0), (40.0, 51.0, 60.0))
+    assert v["pays"] and v["ratio_to_a"] == 0.51 and v["at_least_half_sooner"] is False
+    table, v = verdict((100.0, None, None), (40.0, 51.0, 60.0))  # (a) 1 of 3: (b) is sooner, but no ratio
+    assert v["pays"] and v["ratio_to_a"] is None and v["at_least_half_sooner"] is None
+    b = BY_NAME["compression_search_space_invaders_minatar_long"]
+    assert "not shown" in page.half_sooner(b, {"table": table}, v)
+    v_old = {k: x for k, x in verdict((100.0, 80.0, 120.0), (40.0, 50.0, 60.0))[1].items() if k != "ratio_to_a"}
+    table = verdict((100.0, 80.0, 120.0), (40.0, 50.0, 60.0))[0]  # results saved before: read from the table
+    assert page.half_sooner(b, {"table": table}, v_old) == "at least 50% sooner than (a): yes (0.50x)"
+    assert page.half_sooner(BY_NAME["compression_cartpole"], {"table": table}, v_old) == "its time over (a)'s: 0.50x"
 
 
 def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():

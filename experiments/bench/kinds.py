@@ -181,30 +181,43 @@ def quality_metric(b) -> str:
     return "final_win_rate" if "matches" in b.options else "final_return_mean"
 
 
+def seconds_to_target(row: dict) -> float | None:
+    """A summarised row's median seconds to the target (over the runs that reached it); None (never) unless
+    most of its runs reached it."""
+    t = row["time_to_target_s"]
+    return t["median"] if t["n"] * 2 > t["of"] else None
+
+
+def ratio_to_a(table: dict, a: str, b: str) -> float | None:
+    """(b)'s :func:`seconds_to_target` over (a)'s; None where either has none."""
+    ta, tb = seconds_to_target(table[a]), seconds_to_target(table[b])
+    return None if ta is None or tb is None else tb / ta
+
+
 def verdict(table: dict, labels: list[str], quality: str = "final_return_mean") -> dict:
     """Does compression pay? ``labels``: (a), one or more (b) (a compressor each), then (c). A (b) pays when
     it reaches the target sooner (median seconds over the runs that reached it; never, unless most runs
     did) than both (a) and (c) and its mean final ``quality`` (the final return, or a game's final win
     rate) is at least (a)'s lowest seed's (equal final quality within (a)'s spread); ``best``: the (b) that
-    pays soonest, else the soonest (b)."""
+    pays soonest, else the soonest (b). ``ratio_to_a``: (b)'s seconds over (a)'s by the same rule (None where
+    either did not reach the target on most runs: no ratio can be stated); ``at_least_half_sooner``: issue 31's
+    target, that ratio <= 0.5 (None with it)."""
     a, c = table[labels[0]], table[labels[-1]]
-
-    def seconds(row):  # median seconds to the target; None (never) unless most of the runs reached it
-        t = row["time_to_target_s"]
-        return t["median"] if t["n"] * 2 > t["of"] else None
 
     def judged(label):
         b = table[label]
-        t = [seconds(x) for x in (a, b, c)]
+        t = [seconds_to_target(x) for x in (a, b, c)]
         sooner = t[1] is not None and all(x is None or t[1] < x for x in (t[0], t[2]))
         equal = (b[quality]["mean"] is not None and a[quality]["min"] is not None
                  and b[quality]["mean"] >= a[quality]["min"])
-        return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal)}
+        ratio = ratio_to_a(table, labels[0], label)
+        return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal),
+                "ratio_to_a": ratio, "at_least_half_sooner": None if ratio is None else bool(ratio <= 0.5)}
 
     judgements = {label: judged(label) for label in labels[1:-1]}
 
     def soonest(label):
-        t = seconds(table[label])
+        t = seconds_to_target(table[label])
         return (not judgements[label]["pays"], float("inf") if t is None else t)
 
     best = min(judgements, key=soonest)
