@@ -256,6 +256,17 @@ def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():
     assert math.isclose(timed["predicted"], 1.0 / (0.2 + 0.8 / 2.0))  # 1.67x
     assert math.isclose(timed["fraction"], (275.0 / 110.0 - 1.0) / (1.0 / 0.6 - 1.0))
     assert "by measured seconds p = 0.80" in page.amdahl_lines(kinds.amdahl(runs, ["(a)", "(b)", "(c)"]))[0]
+    assert timed["upkeep"] is None and timed["predicted_with_upkeep"] is None  # results saved before it was kept
+    assert "compressor's own cost" not in page.amdahl_lines(kinds.amdahl(runs, ["(a)", "(b)", "(c)"]))[0]
+    # The compressor's own cost per update (distillation), a share of the uncompressed update: a diagnostic model.
+    for r, u in zip(runs["(b)"], (0.1, 0.3)):
+        r["compress_share_timed"] = u
+    timed = kinds.amdahl(runs, ["(a)", "(b)", "(c)"])["(b)"]["timed"]
+    assert math.isclose(timed["upkeep"], 0.2) and math.isclose(timed["predicted_with_upkeep"], 1.0 / 0.8)
+    assert math.isclose(timed["fraction_with_upkeep"], (275.0 / 110.0 - 1.0) / 0.25)
+    assert math.isclose(timed["fraction"], (275.0 / 110.0 - 1.0) / (1.0 / 0.6 - 1.0))  # the target's model unchanged
+    assert "(20% of an uncompressed update), 1.25x (600%)" in page.amdahl_lines(
+        kinds.amdahl(runs, ["(a)", "(b)", "(c)"]))[0]
 
 
 def test_the_summary_keys_keep_both_shares_of_a_cost_split():
@@ -263,7 +274,10 @@ def test_the_summary_keys_keep_both_shares_of_a_cost_split():
     timed = {"flops": flops, "timed": True, "ceiling": 0.9, "actor_s_per_update": 0.5,
              "uncompressed_actor_s_per_update": 1.5}
     out = harness.summary_keys({"cost_split": timed})
-    assert out == {"actor_share_uncompressed": 0.85, "actor_share_uncompressed_timed": 0.9, "actor_rollout_speedup": 3.0}
+    assert out == {"actor_share_uncompressed": 0.85, "actor_share_uncompressed_timed": 0.9, "actor_rollout_speedup": 3.0,
+                   "compress_share_timed": None}
+    out = harness.summary_keys({"cost_split": dict(timed, learner_s_per_update=0.5, compress_s_per_update=0.4)})
+    assert math.isclose(out["compress_share_timed"], 0.2)  # 0.4 s of the uncompressed update's 1.5 + 0.5 s
     assert harness.summary_keys({"cost_split": {"flops": flops, "timed": False, "ceiling": 0.85}}) == {
         "actor_share_uncompressed": 0.85}
 

@@ -151,6 +151,12 @@ def summary_keys(run: dict) -> dict:
         out["actor_share_uncompressed_timed"] = split["ceiling"]
         actor, uncompressed = split.get("actor_s_per_update"), split.get("uncompressed_actor_s_per_update")
         out["actor_rollout_speedup"] = uncompressed / actor if actor and uncompressed else None
+        compress, learner = split.get("compress_s_per_update"), split.get("learner_s_per_update")
+        # the compressor's own cost per update (distillation, pruning; per --compress-every) as a share of the
+        # uncompressed update (kinds.amdahl's upkeep)
+        out["compress_share_timed"] = (compress / (uncompressed + learner)
+                                       if None not in (compress, uncompressed, learner) and uncompressed + learner > 0
+                                       else None)
     return out
 
 

@@ -239,7 +239,10 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
     median steady env steps/s of (b) over (a)'s (same rounds, compilation excluded); ``fraction``:
     (realized - 1) / (predicted - 1), the share of the predicted saving realized (None where a value is
     missing). The FLOPs model's keys are at the top level (as before ``timed`` existed); ``timed`` holds the
-    other's, or None."""
+    other's, or None. ``timed`` also holds ``upkeep`` u, (b)'s compressor timed alone per update as a share of
+    its uncompressed update (the run's ``compress_share_timed``, median; None in results without it), and
+    ``predicted_with_upkeep`` = 1 / ((1 - p) + p / s + u) with its ``fraction_with_upkeep``: a diagnostic of
+    where the saving went (the issue's target is held against ``predicted``, which counts no upkeep)."""
     def median(label, value):  # value(run) -> float or None; None where no run has one
         xs = [x for x in map(value, runs[label]) if x is not None]
         return float(np.median(xs)) if xs else None
@@ -262,6 +265,12 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
         realized = None if rate is None or not base else rate / base
         s_timed = median(label, lambda r: r.get("actor_rollout_speedup"))
         timed = model(p_timed, s_timed, realized) if p_timed is not None and s_timed else None
+        if timed is not None:
+            upkeep = median(label, lambda r: r.get("compress_share_timed"))
+            predicted = None if upkeep is None else 1.0 / ((1.0 - p_timed) + p_timed / s_timed + upkeep)
+            timed.update(upkeep=upkeep, predicted_with_upkeep=predicted, fraction_with_upkeep=(
+                None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
+                else (realized - 1.0) / (predicted - 1.0)))
         out[label] = dict(model(p_flops, median(label, lambda r: r.get("actor_policy_speedup")), realized),
                           timed=timed)
     return out

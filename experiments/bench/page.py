@@ -170,6 +170,10 @@ def amdahl_lines(checks: dict) -> list[str]:
             tfrac = "—" if t["fraction"] is None else f"{t['fraction']:.0%}"
             line += (f"; by measured seconds p = {t['p']:.2f} and the whole actor (search and env included) "
                      f"{t['s']:.2f}x: predicts {t['predicted']:.2f}x ({tfrac} of that saving realized)")
+            if t.get("predicted_with_upkeep") is not None:  # results saved before the upkeep was kept lack it
+                ufrac = "—" if t["fraction_with_upkeep"] is None else f"{t['fraction_with_upkeep']:.0%}"
+                line += (f"; counting the compressor's own cost per update timed alone ({t['upkeep']:.0%} of an "
+                         f"uncompressed update), {t['predicted_with_upkeep']:.2f}x ({ufrac})")
         lines.append(line + ".")
     return lines + [""] if lines else lines
 
