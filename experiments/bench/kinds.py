@@ -250,8 +250,8 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
     def steady(r):
         return (r.get("steady") or {}).get("steps_per_s")
 
-    def model(p, s, realized):
-        predicted = None if p is None or not s else 1.0 / ((1.0 - p) + p / s)
+    def model(p, s, realized, upkeep=0.0):
+        predicted = None if p is None or not s else 1.0 / ((1.0 - p) + p / s + upkeep)
         fraction = (None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
                     else (realized - 1.0) / (predicted - 1.0))
         return dict(p=p, s=s, predicted=predicted, realized=realized, fraction=fraction)
@@ -267,10 +267,9 @@ def amdahl(runs: dict, labels: list[str]) -> dict:
         timed = model(p_timed, s_timed, realized) if p_timed is not None and s_timed else None
         if timed is not None:
             upkeep = median(label, lambda r: r.get("compress_share_timed"))
-            predicted = None if upkeep is None else 1.0 / ((1.0 - p_timed) + p_timed / s_timed + upkeep)
-            timed.update(upkeep=upkeep, predicted_with_upkeep=predicted, fraction_with_upkeep=(
-                None if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9
-                else (realized - 1.0) / (predicted - 1.0)))
+            charged = model(p_timed, s_timed, realized, upkeep) if upkeep is not None else {}
+            timed.update(upkeep=upkeep, predicted_with_upkeep=charged.get("predicted"),
+                         fraction_with_upkeep=charged.get("fraction"))
         out[label] = dict(model(p_flops, median(label, lambda r: r.get("actor_policy_speedup")), realized),
                           timed=timed)
     return out

@@ -92,8 +92,8 @@ def half_sooner(b, r: dict, v: dict) -> str:
     """The verdict's clause on (b)'s time to the target over (a)'s, by the verdict's rule
     (:func:`experiments.bench.kinds.ratio_to_a`; from the stored table for results saved before the verdict
     held it), and, where the benchmark's goal is issue 31's "ratio <= 0.5", whether it is met."""
-    ratio = v["ratio_to_a"] if "ratio_to_a" in v else kinds.ratio_to_a(r["table"], *list(r["table"])[:1],
-                                                                       v.get("best") or list(r["table"])[1])
+    labels = list(r["table"])  # (a) first, then the (b)s; a verdict of one (b) saved no "best"
+    ratio = v["ratio_to_a"] if "ratio_to_a" in v else kinds.ratio_to_a(r["table"], labels[0], v.get("best") or labels[1])
     half = "ratio <= 0.5" in b.goal
     if ratio is None:
         what = "at least 50% sooner than (a): not shown" if half else "its time over (a)'s: none"
