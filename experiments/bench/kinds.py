@@ -194,14 +194,15 @@ def ratio_to_a(table: dict, a: str, b: str) -> float | None:
     return None if ta is None or tb is None else tb / ta
 
 
-def verdict(table: dict, labels: list[str], quality: str = "final_return_mean") -> dict:
+def verdict(table: dict, labels: list[str], quality: str = "final_return_mean", goal_ratio: float | None = None) -> dict:
     """Does compression pay? ``labels``: (a), one or more (b) (a compressor each), then (c). A (b) pays when
     it reaches the target sooner (median seconds over the runs that reached it; never, unless most runs
     did) than both (a) and (c) and its mean final ``quality`` (the final return, or a game's final win
     rate) is at least (a)'s lowest seed's (equal final quality within (a)'s spread); ``best``: the (b) that
     pays soonest, else the soonest (b). ``ratio_to_a``: (b)'s seconds over (a)'s by the same rule (None where
-    either did not reach the target on most runs: no ratio can be stated); ``at_least_half_sooner``: issue 31's
-    target, that ratio <= 0.5 (None with it)."""
+    either did not reach the target on most runs: no ratio can be stated); ``within_goal_ratio``: that ratio
+    <= ``goal_ratio`` (the benchmark's :attr:`~experiments.bench.manifest.Benchmark.goal_ratio`, issue 31's
+    0.5; None with either None)."""
     a, c = table[labels[0]], table[labels[-1]]
 
     def judged(label):
@@ -212,7 +213,8 @@ def verdict(table: dict, labels: list[str], quality: str = "final_return_mean") 
                  and b[quality]["mean"] >= a[quality]["min"])
         ratio = ratio_to_a(table, labels[0], label)
         return {"pays": bool(sooner and equal), "sooner_than_a_and_c": bool(sooner), "equal_final_return": bool(equal),
-                "ratio_to_a": ratio, "at_least_half_sooner": None if ratio is None else bool(ratio <= 0.5)}
+                "ratio_to_a": ratio,
+                "within_goal_ratio": None if ratio is None or goal_ratio is None else bool(ratio <= goal_ratio)}
 
     judgements = {label: judged(label) for label in labels[1:-1]}
 
@@ -504,7 +506,7 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
-        out["verdict"] = verdict(table, labels, quality_metric(b))
+        out["verdict"] = verdict(table, labels, quality_metric(b), b.goal_ratio)
         out["amdahl"] = amdahl(runs, labels)
     if o.get("same_run") and b.ratio:
         out["same_run"] = same_run(runs, b.ratio[1])

@@ -91,16 +91,18 @@ def section(b, results: dict) -> list[str]:
 def half_sooner(b, r: dict, v: dict) -> str:
     """The verdict's clause on (b)'s time to the target over (a)'s, by the verdict's rule
     (:func:`experiments.bench.kinds.ratio_to_a`; from the stored table for results saved before the verdict
-    held it), and, where the benchmark's goal is issue 31's "ratio <= 0.5", whether it is met."""
+    held it), and, where the benchmark has a :attr:`~experiments.bench.manifest.Benchmark.goal_ratio`
+    (issue 31's 0.5), whether it is met."""
     labels = list(r["table"])  # (a) first, then the (b)s; a verdict of one (b) saved no "best"
     ratio = v["ratio_to_a"] if "ratio_to_a" in v else kinds.ratio_to_a(r["table"], labels[0], v.get("best") or labels[1])
-    half = "ratio <= 0.5" in b.goal
+    goal = b.goal_ratio
+    sooner = None if goal is None else f"at least {1 - goal:.0%} sooner than (a)"
     if ratio is None:
-        what = "at least 50% sooner than (a): not shown" if half else "its time over (a)'s: none"
+        what = "its time over (a)'s: none" if goal is None else f"{sooner}: not shown"
         return f"{what} ((a) or (b) reached the target on fewer than most runs)"
-    if not half:
+    if goal is None:
         return f"its time over (a)'s: {ratio:.2f}x"
-    return f"at least 50% sooner than (a): {'yes' if ratio <= 0.5 else 'no'} ({ratio:.2f}x)"
+    return f"{sooner}: {'yes' if ratio <= goal else 'no'} ({ratio:.2f}x)"
 
 
 def same_run_lines(checks: dict, base: str) -> list[str]:
