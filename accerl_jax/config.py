@@ -160,6 +160,13 @@ class Config:
     root value are the compressed network's) or 'learner' (the same Gumbel MuZero improved policy
     recomputed at learner time from the search's root Q-values and visit counts with the learner's own
     prior and value)."""
+    learner_children: bool = False
+    """--agent search with a compressor: the learner's uncompressed network evaluates each search root's
+    children (every action stepped with the env's model before the search: A forward passes of it per env
+    step), the compressed network the root and every node below the children. The search compares the
+    root's actions by r + γ v(child), whose differences a small student's value gets wrong (docs/RESULTS.md,
+    "Breakout-MinAtar past 150k steps"); the actor carries the learner's parameters beside the compressed
+    ones. Not with --compressor none or auto, nor --normalize-observations."""
     n_step: int = 10
     """--agent search: horizon of the value targets, n-step returns bootstrapped from the learner's value
     (cut at a termination, bootstrapped at a truncation and at the rollout's end)."""

@@ -196,6 +196,52 @@ def test_search_records_its_roots_children():
     assert not np.asarray(out.child_valid[0]).any() and np.asarray(out.child_valid[1:]).all()
 
 
+def test_learner_children_evaluate_the_roots_children():
+    """``search_policy(..., exact=N)``: N evaluates the root's children (expanded before the search), the
+    compressed network the root and every node below them. On deterministic CartPole: N the same network
+    gives the plain search (to float rounding); one level deep (``max_depth=1``, so the root's actions are
+    compared by ``r + γ v(child)`` alone) the root's Q-values, action weights and action are those of a
+    search with the compressed network's prior at the root and N's values, not the compressed network's
+    own; deeper, the search is neither network's own; a
+    :class:`~accerl_jax.compressor.paired.PairedApply` over the pair does the same unasked."""
+    from accerl_jax.compressor.paired import PairedApply
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = make_env("gymnax:CartPole-v1", 5)
+    state, obs = env.reset(jax.random.PRNGKey(4))
+    w, v = (jax.random.normal(jax.random.PRNGKey(k), (4, 3)) for k in (3, 5))
+
+    def apply(p, o):
+        out = o @ p
+        return out[:, :2], out[:, 2] * 10
+
+    key = jax.random.PRNGKey(1)
+
+    def search(p, exact_params, settings):  # exact_params: N's parameters (the same network), or None
+        return jax.jit(lambda: search_policy(apply, env.model, settings, p, obs, state.env_state, key,
+                                             exact=None if exact_params is None else (apply, exact_params)))()
+
+    deep, shallow = SearchSettings(num_simulations=8), SearchSettings(num_simulations=8, max_depth=1)
+    plain, same = search(w, None, deep), search(w, w, deep)
+    np.testing.assert_array_equal(plain.action, same.action)  # the same tree; values to float rounding
+    for a, b in zip(plain[1:6], same[1:6]):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # one level deep: the search of a network with the compressed prior (the root's) and N's values
+    n_values = jax.jit(lambda: search_policy(lambda p, o: (apply(w, o)[0], apply(v, o)[1]), env.model, shallow,
+                                             None, obs, state.env_state, key))()
+    one_deep = search(w, v, shallow)
+    paired = jax.jit(lambda: search_policy(PairedApply(apply, apply), env.model, shallow, (w, v), obs,
+                                           state.env_state, key))()
+    for out in (one_deep, paired):
+        np.testing.assert_allclose(out.root_qvalues, n_values.root_qvalues, rtol=1e-5)
+        np.testing.assert_allclose(out.action_weights, n_values.action_weights, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out.action, n_values.action)
+    assert float(jnp.abs(one_deep.root_qvalues - search(w, None, shallow).root_qvalues).max()) > 0.1
+    mixed = search(w, v, deep).root_qvalues
+    for other in (plain, search(v, None, deep)):
+        assert float(jnp.abs(mixed - other.root_qvalues).max()) > 1e-3
+
+
 def _toy_search(sims: int, considered: int, invalid):
     """A small Gumbel MuZero search with a fixed network (``B = 6`` roots, ``A = 5`` actions, a made-up
     deterministic model): ``(root, mctx's PolicyOutput)``."""
@@ -322,10 +368,11 @@ def test_short_cartpole_search_run_learns(tmp_path):
 
 
 # One short distill:small search run (2 updates, 4 simulations, the student also learning 8 roots'
-# children: --distill-children) in this process, shared by the tests below: a compressor under the search,
-# the summary's fields, the evaluation, and the one-device side of the 1-vs-2 devices check (int8 runs under
-# the search in the learning run above).
-SHORT = dict(updates=2, num_simulations=4, compressor="distill:small", distill_children=8)
+# children: --distill-children; the learner's network at the roots' children: --learner-children) in this
+# process, shared by the tests below: a compressor under the search, the summary's fields, the evaluation,
+# and the one-device side of the 1-vs-2 devices check (int8 runs under the search in the learning run above,
+# distill:tiny alone in the --search-target learner run below).
+SHORT = dict(updates=2, num_simulations=4, compressor="distill:small", distill_children=8, learner_children=True)
 
 
 @pytest.fixture(scope="module")
@@ -337,12 +384,39 @@ def short_run(tmp_path_factory):
 
 def test_distilled_student_runs_under_the_search(short_run):
     """The search calls whatever the compressor produced: two updates run with the search's loss, the
-    learner stays finite, and the actor's parameters are the smaller student's."""
+    learner stays finite, and the actor's parameters are the smaller student's paired with the learner's
+    (--learner-children: the learner's own, as they were when the student was last distilled)."""
     summary, out = short_run
     assert (summary["compressor"], summary["loss"], summary["updates"]) == ("distill:small", "search", 2)
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(out["learner_params"]))
-    assert (sum(x.size for x in jax.tree.leaves(out["actor_params"]))
-            < sum(x.size for x in jax.tree.leaves(out["learner_params"])))
+    student, learner = out["actor_params"]
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    assert size(student) < size(learner) == size(out["learner_params"])
+    assert jax.tree.structure(learner) == jax.tree.structure(out["learner_params"])
+
+
+def test_paired_compressor_carries_the_learners_parameters():
+    """``with_learner``: the inner compressor's actor parameters paired with the learner's it was given, at
+    init and at every compress; its apply runs the compressed network, ``.learner`` the learner's."""
+    from accerl_jax.compressor import make_compressor
+    from accerl_jax.compressor.paired import PairedApply, with_learner
+
+    env = make_env("gymnax:CartPole-v1", 4)
+    spec = networks.default_spec(env.info.obs_shape, env.info.num_actions)
+    apply = networks.make_apply(spec)
+    inner = make_compressor("prune:0.5", spec, apply)
+    paired = with_learner(inner)
+    p0, p1 = (networks.init_params(spec, jax.random.PRNGKey(k)) for k in (0, 1))
+    _, obs = env.reset(jax.random.PRNGKey(2))
+    (actor, learner), state = paired.init(p0, jax.random.PRNGKey(3), obs)
+    assert learner is p0
+    assert jax.tree.structure(actor) == jax.tree.structure(inner.init(p0, jax.random.PRNGKey(3), obs)[0])
+    (actor, learner), _ = paired.compress(p1, state, obs)
+    assert learner is p1
+    f = paired.actor_apply(apply)
+    assert isinstance(f, PairedApply) and paired.takes_teacher == inner.takes_teacher
+    np.testing.assert_array_equal(f((actor, learner), obs)[1], inner.actor_apply(apply)(actor, obs)[1])
+    np.testing.assert_array_equal(f.learner((actor, learner), obs)[1], apply(p1, obs)[1])
 
 
 def test_weights_divergence_against_numpy():
@@ -387,11 +461,12 @@ def test_compressed_search_fidelity_is_logged(short_run):
 
     summary, _ = short_run
     assert summary["network_evaluations_per_step"] == SHORT["num_simulations"] + 1
+    assert summary["learner_evaluations_per_step"] == 2  # --learner-children: CartPole's 2 children per root
     assert summary["search_target"] == "search"  # the default
     assert 0.0 <= summary["search_agreement_during_min"] <= summary["search_agreement_during_mean"] <= 1.0
     assert 0.0 <= summary["search_tv_during_mean"] <= summary["search_tv_during_max"] <= 1.0
     assert summary["search_agreement"] == summary["search_agreement_during_min"]  # one logged row
-    assert "network evaluations per env step" in format_summary(summary)
+    assert "network evaluations per env step and 2 of the learner's" in " ".join(format_summary(summary).split())
 
 
 def test_learner_target_runs_with_a_distilled_student(tmp_path):
@@ -480,6 +555,10 @@ def test_one_and_two_devices_train_alike(tmp_path):
     (["--distill-children", "8", "--compressor", "auto"], "bad --distill-children 8: "),
     (["--distill-children", "8", "--agent", "actor-critic", "--compressor", "distill:small"],
      "bad --distill-children 8: "),
+    (["--learner-children", "--compressor", "none"], "bad --learner-children: "),
+    (["--learner-children", "--compressor", "auto"], "bad --learner-children: "),
+    (["--learner-children", "--agent", "actor-critic", "--compressor", "int8"], "bad --learner-children: "),
+    (["--learner-children", "--compressor", "int8", "--normalize-observations"], "bad --learner-children: "),
 ])
 def test_bad_search_input_exits_2_with_one_line(tmp_path, capsys, flags, expected):
     """The CLI's entry point (what ``python -m accerl_jax.train`` exits with), in this process."""

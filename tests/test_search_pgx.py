@@ -111,6 +111,33 @@ def test_search_blocks_a_one_move_loss():
     np.testing.assert_array_equal(out.action, np.ones(4))
 
 
+def test_learner_children_in_a_two_player_game():
+    """Connect Four (the mover's values, discount -1 per ply): one level deep (``max_depth=1``) the search
+    with N at the root's children has N's own search's root Q-values (every column visited), whatever the
+    network at the root, and not the small network's own."""
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = _env("connect_four")[0]
+    game, obs = _position("connect_four", [3, 3, 2], b=4)
+
+    def apply(p, o):
+        flat = o.reshape(o.shape[0], -1).astype(jnp.float32)
+        return flat @ p[0], jnp.tanh(flat @ p[1])
+
+    small, n = ((jax.random.normal(jax.random.PRNGKey(k), (84, 7)) * 0.2,
+                 jax.random.normal(jax.random.PRNGKey(k + 1), (84,)) * 0.5) for k in (5, 7))
+    settings = SearchSettings(num_simulations=16, max_num_considered_actions=7, max_depth=1)
+
+    def search(params, exact):
+        return jax.jit(lambda: search_policy(apply, env.model, settings, params, obs, game, jax.random.PRNGKey(2),
+                                             exact=exact))()
+
+    n_own, small_own, mixed = search(n, None), search(small, None), search(small, (apply, n))
+    assert (np.asarray(mixed.root_visits) > 0).all()
+    np.testing.assert_allclose(mixed.root_qvalues, n_own.root_qvalues, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(mixed.root_qvalues - small_own.root_qvalues).max()) > 0.1
+
+
 def test_search_never_chooses_an_illegal_move():
     """Columns 0-5 full (a legal position), only column 6 open: the search plays 6 whatever the noise, and
     its action weights are 0 on the full columns."""

@@ -146,10 +146,12 @@ class Summary:
     final_return_mean_per_seed: list | None = None
     seeds: list | None = None
     # --agent search only (accerl_jax.search.fidelity.summary_fields): the policy target (--search-target),
-    # network evaluations per env step (S + 1, actor side) and the compressed search's agreement with,
+    # network evaluations per env step (S + 1, actor side; and the learner's with --learner-children) and the
+    # compressed search's agreement with,
     # and total-variation distance from, the learner's search over the logged rows (mean and worst) and at the last row.
     search_target: str | None = None
     network_evaluations_per_step: int | None = None
+    learner_evaluations_per_step: int | None = None  # --learner-children: the learner's network at the root's children
     search_agreement_during_mean: float | None = None
     search_agreement_during_min: float | None = None
     search_agreement: float | None = None
@@ -252,6 +254,12 @@ def _seconds(x: float) -> str:  # a stage that took time never reads "0.0 s"
 
 def _pct(x: float) -> str:  # one decimal below 10%, so a 0.4% share does not read "0%"
     return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
+
+
+def _learner_evaluations(summary: dict) -> str:
+    """The console's note on the learner network's evaluations per env step (``--learner-children``), or ""."""
+    n = summary.get("learner_evaluations_per_step")
+    return f" and {n} of the learner's (the roots' children)" if n else ""
 
 
 def _kl(x) -> str:
@@ -406,7 +414,8 @@ def _rows(summary: dict) -> list[tuple[str, str]]:
         rows.append(("search vs learner's", f"agree {100 * summary['search_agreement_during_mean']:.1f}% mean, "
                      f"{100 * summary['search_agreement_during_min']:.1f}% worst; TV "
                      f"{summary['search_tv_during_mean']:.3g} mean, {summary['search_tv_during_max']:.3g} worst; "
-                     f"{summary['network_evaluations_per_step']} network evaluations per env step; "
+                     f"{summary['network_evaluations_per_step']} network evaluations per env step"
+                     f"{_learner_evaluations(summary)}; "
                      f"policy target: {summary.get('search_target', 'search')}"))
     # A search run applies no correction (corrector None): its μ is the search's policy, not a behaviour
     # policy to correct for, so the ratios would only mislead.

@@ -29,6 +29,7 @@ from accerl_jax.run import auto_gate, distributed, replicas
 from accerl_jax.actor import AnakinActor, NetworkOnlyEnv, make_actor
 from accerl_jax.compressor import Compressor
 from accerl_jax.compressor.auto import auto
+from accerl_jax.compressor import paired
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence
@@ -107,8 +108,10 @@ def make_run_compressor(cfg: Config, spec: networks.NetworkSpec, learner_apply, 
             raise
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    return plan_lib.make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
-                                            **plan_lib.distill_kwargs(cfg))
+    compressor = plan_lib.make_checked_compressor(cfg.compressor, spec, learner_apply, obs_dtype,
+                                                  **plan_lib.distill_kwargs(cfg))
+    # --learner-children: the actor's parameters paired with the learner's (the plan allows it for search runs)
+    return paired.with_learner(compressor) if cfg.learner_children else compressor
 
 
 @dataclasses.dataclass(frozen=True)

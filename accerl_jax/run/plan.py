@@ -217,7 +217,8 @@ def check_search(cfg: Config) -> None:
       ConfigError: a pgx env with another agent or an unknown game (:data:`accerl_jax.config.PGX_GAMES`);
         an env that is neither gymnax nor pgx (the search steps the env's own model), ``--corrector retrace``
         (the search's loss uses no corrector; retrace would only add a Q head); ``--distill-children`` without
-        ``--agent search`` or with ``--compressor auto``. ``--compressor auto`` runs:
+        ``--agent search`` or with ``--compressor auto``; ``--learner-children`` without ``--agent search``, with
+        ``--compressor none`` or ``auto``, or with ``--normalize-observations``. ``--compressor auto`` runs:
         its gate resolves it to one compressor before training (:mod:`accerl_jax.run.auto_gate`).
     """
     if cfg.env.startswith("pgx:"):
@@ -234,6 +235,16 @@ def check_search(cfg: Config) -> None:
         raise ConfigError(f"bad --distill-children {cfg.distill_children}: it distils the student on search roots' "
                           f"children, and {why}; use it with --agent search and a distill compressor "
                           "(e.g. --compressor distill:small), or drop it")
+    if cfg.learner_children:
+        why = (f"--agent {cfg.agent} has no search tree" if cfg.agent != "search"
+               else "with --compressor none every node is the learner's already" if cfg.compressor == "none"
+               else "--compressor auto picks its compressor itself" if cfg.compressor == "auto"
+               else "the actor's observations would be normalised for the compressed network only"
+               if cfg.normalize_observations else None)
+        if why is not None:
+            raise ConfigError(f"bad --learner-children: the learner's network evaluates the compressed search's root "
+                              f"children, and {why}; use it with --agent search and a fixed compressor (e.g. "
+                              "--compressor distill:small), or drop it")
     if cfg.agent != "search":
         return
     if not cfg.env.startswith(JITTABLE_BACKENDS):

@@ -8,7 +8,9 @@ node value 0, and every transition below it reward 0, discount 0 and value 0. A 
 tree is not an end (the value of the state bootstraps, as the learner's targets do). Prior logits and
 values come from the actor network's policy and value heads: ``S`` simulations evaluate it ``S`` times,
 the root once more (``S + 1`` evaluations per env step). Stochastic envs (MinAtar's sticky actions) are
-sampled with the search's own keys.
+sampled with the search's own keys. With ``--learner-children`` (actor parameters paired with the
+learner's, :mod:`accerl_jax.compressor.paired`) the learner's network evaluates the root's ``A``
+children, expanded before the search, and the compressed one the root and every node below them.
 
 The rollout (:class:`SearchRollout`) is today's :class:`~accerl_jax.types.Rollout` with the search's
 action weights (the policy targets), root value and the root's Q-values and visit counts besides (what
@@ -34,6 +36,7 @@ import mctx
 
 from accerl_jax.platform import xla
 from accerl_jax.actor import ActorCarry, AnakinActor, ShardedActor, rollout_from_steps
+from accerl_jax.compressor.paired import PairedApply
 from accerl_jax.types import ApplyFn, Rollout
 
 
@@ -121,12 +124,15 @@ class SearchOutput(NamedTuple):
 
 class Node(NamedTuple):
     """The search's embedding of one state: the model's state (gymnax env state or pgx game, leaves
-    ``[B, ...]``), whether its episode has terminated on the way from the root (``[B]`` bool) and, where
-    the search records its root's children, the state's observation (``[B, *obs_shape]``; else None)."""
+    ``[B, ...]``), whether its episode has terminated on the way from the root (``[B]`` bool), where
+    the search records its root's children the state's observation (``[B, *obs_shape]``; else None), and
+    where another network evaluates the root's children (``exact``) whether the node is the root (``[B]``
+    bool; else None)."""
 
     state: Any
     terminal: jax.Array
     obs: Any = None
+    root: Any = None
 
 
 class GymnaxModel:
@@ -170,7 +176,7 @@ def mask_logits(logits: jax.Array, legal: jax.Array | None) -> jax.Array:
 
 
 def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: jax.Array, env_state,
-                  key: jax.Array, record_children: bool = False):
+                  key: jax.Array, record_children: bool = False, exact=None):
     """One Gumbel MuZero search from each of ``B`` states.
 
     Args:
@@ -186,28 +192,49 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
       record_children: also return the observations of the root's children as the tree holds them
         (``child_obs``, ``child_valid``: what ``--distill-children`` distils the student on). The search's
         choices are the same either way.
+      exact: ``(apply, params)`` of another network (the learner's, uncompressed) that evaluates each of
+        the root's ``A`` children, all expanded with the model before the search (``A`` of its evaluations
+        per root: the values the root's actions are compared by, ``r + γ v(child)``, are its own where the
+        tree does not go deeper); ``apply``/``params`` evaluate the root and every node below the
+        children. The ``S`` simulations still evaluate ``apply`` at the children (the outputs discarded).
+        None: ``apply``/``params`` evaluate every node, unless ``apply`` is a
+        :class:`~accerl_jax.compressor.paired.PairedApply` (``--learner-children``), whose learner's
+        network on ``params`` then evaluates the children.
 
     Returns:
       :class:`SearchOutput` (a tuple ``(action, log_prob, action_weights, root_value, root_qvalues,
       root_visits, child_obs, child_valid)``).
     """
     model = search_model(model)
+    if exact is None and isinstance(apply, PairedApply):
+        exact = (apply.learner, params)
     # Two players: each node's value is its mover's, so a child's value counts negated (discount -1).
     discount = jnp.float32(-1.0 if model.two_player else settings.discount)
 
-    def evaluate(p, o):
-        logits, value = apply(p, o)[:2]
-        return logits.astype(jnp.float32), value.astype(jnp.float32)
+    evaluate = lambda p, o: _evaluate_with((apply, p), o)  # noqa: E731
 
-    logits, value = evaluate(params, obs)
     legal = model.legal(env_state)
     b = obs.shape[0]
+    logits, value = evaluate(params, obs)
+    at_root = children = None
+    if exact is not None:
+        # the search's own keys unchanged: on a deterministic model the tree is that of exact=None with
+        # the exact network evaluating the root's children
+        children = _expand_root(model, exact, env_state, jax.random.fold_in(key, 1), logits.shape[-1])
+        at_root = jnp.ones((b,), bool)
     root = mctx.RootFnOutput(prior_logits=mask_logits(logits, legal), value=value,
-                             embedding=Node(env_state, jnp.zeros((b,), bool), obs if record_children else None))
+                             embedding=Node(env_state, jnp.zeros((b,), bool), obs if record_children else None,
+                                            at_root))
 
     def recurrent_fn(p, rng, action, node: Node):
         next_obs, state, reward, terminated = model.step(jax.random.split(rng, b), node.state, action)
         child_logits, child_value = evaluate(p, next_obs)
+        if children is not None:  # a child of the root: the exact network's, on the state expanded before
+            pick = lambda pre, new: jnp.where(  # noqa: E731  [B, A, ...] at action where at the root
+                node.root.reshape((b,) + (1,) * (new.ndim - 1)),
+                jnp.take_along_axis(pre, action.reshape((b, 1) + (1,) * (new.ndim - 1)), axis=1)[:, 0], new)
+            next_obs, state, reward, terminated, child_logits, child_value = jax.tree.map(
+                pick, children, (next_obs, state, reward, terminated, child_logits, child_value))
         ended = node.terminal | terminated  # below a terminal state nothing happens any more
         out = mctx.RecurrentFnOutput(
             reward=jnp.where(node.terminal, 0.0, reward),
@@ -215,7 +242,8 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
             prior_logits=mask_logits(child_logits, model.legal(state)),
             value=jnp.where(ended, 0.0, child_value),
         )
-        return out, Node(state, ended, next_obs if record_children else None)
+        return out, Node(state, ended, next_obs if record_children else None,
+                         None if at_root is None else jnp.zeros((b,), bool))
 
     out = mctx.gumbel_muzero_policy(
         params, key, root, recurrent_fn, num_simulations=settings.num_simulations, max_depth=settings.max_depth,
@@ -238,6 +266,24 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
     return SearchOutput(action, log_prob, weights, summary.value.astype(jnp.float32),
                         summary.qvalues.astype(jnp.float32), summary.visit_counts.astype(jnp.float32),
                         child_obs, child_valid)
+
+
+def _evaluate_with(network, obs: jax.Array):
+    """``(logits [B, A] float32, value [B] float32)`` of ``network = (apply, params)`` at ``obs``."""
+    logits, value = network[0](network[1], obs)[:2]
+    return logits.astype(jnp.float32), value.astype(jnp.float32)
+
+
+def _expand_root(model, exact, env_state, key: jax.Array, num_actions: int):
+    """Every action of each of ``B`` roots stepped with ``model`` and evaluated by ``exact = (apply,
+    params)``: ``(obs, state, reward, terminated, logits, value)``, leaves ``[B, A, ...]``."""
+    b = jax.tree.leaves(env_state)[0].shape[0]
+    states = jax.tree.map(lambda x: jnp.repeat(x, num_actions, axis=0), env_state)  # row b * A + a
+    actions = jnp.tile(jnp.arange(num_actions, dtype=jnp.int32), b)
+    obs, state, reward, terminated = model.step(jax.random.split(key, b * num_actions), states, actions)
+    logits, value = _evaluate_with(exact, obs)
+    return jax.tree.map(lambda x: x.reshape((b, num_actions) + x.shape[1:]),
+                        (obs, state, reward, terminated, logits, value))
 
 
 class SearchActor(AnakinActor):

@@ -59,14 +59,17 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
     return weights_divergence(w_actor, w_learner)
 
 
-def summary_fields(cfg, rows: list[dict]) -> dict:
+def summary_fields(cfg, rows: list[dict], num_actions: int) -> dict:
     """The summary's search fields of a ``--agent search`` run: ``search_target`` (``--search-target``),
-    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side) and, over the
+    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side, the actor's
+    network), ``learner_evaluations_per_step`` (``--learner-children``: the learner's network at the root's
+    ``num_actions`` children, actor side; else 0) and, over the
     logged ``rows``, the compressed search's fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
     from accerl_jax.monitor.summary import finite_values, mean_and_worst
 
     out = {"search_target": cfg.search_target, "network_evaluations_per_step": cfg.num_simulations + 1,
+           "learner_evaluations_per_step": num_actions if cfg.learner_children else 0,
            **mean_and_worst(rows, ((AGREEMENT, AGREEMENT, min), (TV, TV, max)))}
     for key in (AGREEMENT, TV):
         values = finite_values(rows, key)

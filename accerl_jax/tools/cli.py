@@ -73,7 +73,7 @@ GROUPS = (
         "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
         "agent", "search_target", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale",
-        "n_step")),
+        "learner_children", "n_step")),
     ("loops", "loops: seeds and sweeps in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "sweep", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (

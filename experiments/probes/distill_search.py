@@ -13,6 +13,8 @@ episodes of each of:
 * ``student_search``: the student searching, its prior and its value;
 * ``student_prior_teacher_value``: the search with the student's prior logits and N's value;
 * ``teacher_prior_student_value``: the search with N's prior logits and the student's value;
+* ``student_search_teacher_children``: the student searching, N evaluating each of the root's children
+  (``search_policy(..., exact=N)``: N's ``A`` evaluations per step, the student's at the root and below);
 * ``teacher_alone``, ``student_alone``: each network sampling its own action, no search.
 
 With ``--children`` the kept observations come from the probe's own play of N's search recording each root's
@@ -94,10 +96,10 @@ def probe(args) -> dict:
     out = {"run": args.run, "step": t.step, "env": t.cfg.env, "student": args.student, "value_coef": args.value_coef,
            "teacher_widths": list(t.spec.widths)}
 
-    def play(name, apply, params, search=settings, keep_obs=0):
+    def play(name, apply, params, search=settings, keep_obs=0, exact=None):
         start = time.perf_counter()
         played = evaluate.play(dataclasses.replace(t, apply=apply, params=params), args.episodes, seed=args.seed,
-                               search=search, keep_obs=keep_obs)
+                               search=search, keep_obs=keep_obs, exact=exact)
         r = np.asarray(played["returns"])
         out[name] = {"return_mean": float(r.mean()), "return_std": float(r.std()), "episodes": len(r)}
         print(f"{name}: return {r.mean():.2f} ± {r.std():.2f} over {len(r)} episodes "
@@ -173,6 +175,7 @@ def probe(args) -> dict:
     play("student_search", s_apply, params)
     play("student_prior_teacher_value", lambda p, o: (s_apply(p[0], o)[0], t.apply(p[1], o)[1]), both)
     play("teacher_prior_student_value", lambda p, o: (t.apply(p[1], o)[0], s_apply(p[0], o)[1]), both)
+    play("student_search_teacher_children", s_apply, params, exact=(t.apply, t.params))
     play("teacher_alone", t.apply, t.params, search=None)
     play("student_alone", s_apply, params, search=None)
     return out
