@@ -506,8 +506,9 @@ def measure(b, quick: bool, rounds: int | None, peer: dict | None, seeds: list[i
     out.update(runs=runs, table=table, ratios=ratios(table, b.ratio))
     if b.kind == "compression":
         labels = [label for label in b.configs if label in table]  # --quick may measure (a), one (b), (c)
-        out["verdict"] = verdict(table, labels, quality_metric(b), b.goal_ratio)
-        out["amdahl"] = amdahl(runs, labels)
+        if labels[:1] == list(b.configs)[:1] and labels[-1:] == list(b.configs)[-1:] and len(labels) > 2:
+            out["verdict"] = verdict(table, labels, quality_metric(b), b.goal_ratio)
+            out["amdahl"] = amdahl(runs, labels)  # else a --quick smoke of (b)s alone: nothing to hold them against
     if o.get("same_run") and b.ratio:
         out["same_run"] = same_run(runs, b.ratio[1])
     return out

@@ -104,6 +104,17 @@ MINATAR_SEARCH_SPACE_INVADERS_CONFIGS = (
          "distill_sibling_coef": 30.0},
      "(c) student, none": MINATAR_SEARCH_CONFIGS[0]["(c) student, none"]},
     MINATAR_SEARCH_CONFIGS[1])
+# compression_search_breakout_minatar_learner_children's (a)/(b)/(c): the long benchmark's, its (b) SpaceInvaders'
+# children row (the sibling term at 30) with the learner's network at the search roots' children (--learner-children:
+# docs/RESULTS.md, "The learner's network at the root's children").
+MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS = (
+    {"(a) N, none": MINATAR_SEARCH_CONFIGS[0]["(a) N, none"],
+     "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children": {
+         **MINATAR_SEARCH_SPACE_INVADERS_CONFIGS[0][
+             "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30"],
+         "learner_children": True},
+     "(c) student, none": MINATAR_SEARCH_CONFIGS[0]["(c) student, none"]},
+    MINATAR_SEARCH_CONFIGS[1])
 # compression_search_connect4's search agent: the connect4 preset with N = MLP(512, 512), so that the network is
 # most of the search; distill:small's student is the preset's own MLP(128, 128).
 CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not in ("env", "total_steps")},
@@ -305,6 +316,25 @@ BENCHMARKS = (
         dict(SMOKE_TRAIN, steps=2048, configs=["(a) N, none", "(b) N, int8", "(c) student, none"]),
         goal_ratio=ISSUE_31_RATIO),
     Benchmark(
+        "compression_search_breakout_minatar_learner_children", "compression",
+        "compression_search_breakout_minatar_long with the learner's network at the search roots' children: the same "
+        "search agent (Gumbel MuZero, 16 simulations, 64 envs x 16 steps; N the MinAtar paper's net at 4x its widths) "
+        "for 1M agent steps (the learning rate annealed over them); (a) N with --compressor none, (b) N searched with "
+        "distill:small whose student also learns 64 search roots' children per update in 16 steps of a quarter of "
+        "the rows at lr 3e-3 with the sibling term at 30, N itself evaluating each root's 3 children "
+        "(--distill-children 64 --distill-minibatches 4 --distill-steps 16 --distill-learning-rate 3e-3 "
+        "--distill-sibling-coef 30 --learner-children: N's 3 evaluations per env step against 17 in (a)), (c) "
+        "distill:small's student trained directly; seconds to the target (compilation included), final return (the "
+        "actors' training episodes: the compressed search's in (b)), and the Amdahl check of (b).",
+        MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
+        # 30.0: compression_search_breakout_minatar_long's target (chosen there, not published)
+        dict(env="gymnax:Breakout-MinAtar", target=30.0, steps=1_000_000, seeds=[0, 1, 2], log_every=20,
+             fields=SEARCH_MINATAR),
+        # (a) and (c) are the long benchmark's, smoke-tested there
+        dict(SMOKE_TRAIN, configs=[
+            "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
+        goal_ratio=ISSUE_31_RATIO),
+    Benchmark(
         "compression_search_space_invaders_minatar_long", "compression",
         "compression_search_breakout_minatar_long's search on SpaceInvaders-MinAtar: the same search agent (Gumbel "
         "MuZero, 16 simulations, 64 envs x 16 steps; N the MinAtar paper's net at 4x its widths) for 1M agent steps "
@@ -321,7 +351,9 @@ BENCHMARKS = (
         # 1 of 3 seeds (docs/RESULTS.md, "SpaceInvaders-MinAtar and Asterix-MinAtar")
         dict(env="gymnax:SpaceInvaders-MinAtar", target=80.0, steps=1_000_000, seeds=[0, 1, 2], log_every=20,
              fields=SEARCH_MINATAR),
-        dict(SMOKE_TRAIN, steps=2048), goal_ratio=ISSUE_31_RATIO),
+        # (a) and (c) are the Breakout long benchmark's flags, smoke-tested there
+        dict(SMOKE_TRAIN, configs=["(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30"]),
+        goal_ratio=ISSUE_31_RATIO),
     Benchmark(
         "compression_search_connect4", "compression",
         "The honest comparison in self-play: the connect4 preset's search agent (pgx connect_four, Gumbel MuZero, 16 "
