@@ -95,7 +95,7 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env
     (``search``: a :class:`~accerl_jax.search.acting.SearchSettings` to search with at every step,
     :mod:`accerl_jax.search.evaluation`; a gymnax env; ``exact``: with ``search``, ``(apply, params)`` of a
-    network that evaluates each search's root and its children).
+    network that evaluates each search's root's children, :func:`~accerl_jax.search.acting.search_policy`).
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":

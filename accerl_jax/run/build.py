@@ -27,9 +27,8 @@ from accerl_jax import normalize
 from accerl_jax.platform import speed, xla
 from accerl_jax.run import auto_gate, distributed, replicas
 from accerl_jax.actor import AnakinActor, NetworkOnlyEnv, make_actor
-from accerl_jax.compressor import Compressor
+from accerl_jax.compressor import Compressor, paired
 from accerl_jax.compressor.auto import auto
-from accerl_jax.compressor import paired
 from accerl_jax.config import Config, ConfigError
 from accerl_jax.envs import envpool_seed, make_env
 from accerl_jax.monitor import Monitor, gaussian_policy_divergence, policy_divergence

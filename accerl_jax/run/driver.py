@@ -527,7 +527,8 @@ def summarize(run: Run, *, state, actor_params, metrics: dict, completed: int, s
         steps_per_s_scope=f"env steps / wall_time_s ({WHOLE_RUN})",
         **summary_lib.training_rate(monitor.rows, since_update=run.start_update),
         **summary_lib.fidelity(monitor.rows),
-        **(search_summary_fields(cfg, monitor.rows, run.info.num_actions) if cfg.agent == "search" else {}),  # S + 1, ...
+        # S + 1 (and the learner's A with --learner-children), search fidelity
+        **(search_summary_fields(cfg, monitor.rows, run.info.num_actions) if cfg.agent == "search" else {}),
         learner_network=dataclasses.asdict(run.plan.spec),
         learner_params=networks.param_count(state.params),
         actor_params=networks.param_count(actor_params),

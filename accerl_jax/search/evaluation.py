@@ -42,7 +42,7 @@ def make_search_act(trained, settings, greedy: bool, exact=None) -> Callable:
     ``trained``'s (:class:`accerl_jax.tools.trained.Trained`) network and env model from each env's state
     (``env_state``: its adapter state). The action is the search's (Gumbel MuZero's sequential halving,
     as the actors act); ``greedy``: the argmax of its action weights; ``exact``: ``(apply, params)`` of a
-    network that evaluates the root and its children (:func:`~accerl_jax.search.acting.search_policy`)."""
+    network that evaluates the root's children (:func:`~accerl_jax.search.acting.search_policy`)."""
     import jax.numpy as jnp
 
     from accerl_jax.search.acting import search_policy

@@ -104,6 +104,11 @@ MINATAR_SEARCH_SPACE_INVADERS_CONFIGS = (
          "distill_sibling_coef": 30.0},
      "(c) student, none": MINATAR_SEARCH_CONFIGS[0]["(c) student, none"]},
     MINATAR_SEARCH_CONFIGS[1])
+# The two long Breakout-MinAtar search benchmarks' budget and target. 30.0: chosen, not published: in probes at this
+# budget (seed 0) (a) passed it near 600k steps and ended at 46.5, the student alone ended at 20.1 (docs/RESULTS.md,
+# "Breakout-MinAtar past 150k steps").
+BREAKOUT_SEARCH_LONG = dict(env="gymnax:Breakout-MinAtar", target=30.0, steps=1_000_000, seeds=[0, 1, 2], log_every=20,
+                            fields=SEARCH_MINATAR)
 # compression_search_breakout_minatar_learner_children's (a)/(b)/(c): the long benchmark's, its (b) SpaceInvaders'
 # children row (the sibling term at 30) with the learner's network at the search roots' children (--learner-children:
 # docs/RESULTS.md, "The learner's network at the root's children").
@@ -309,10 +314,7 @@ BENCHMARKS = (
         "student trained directly; seconds to the target (compilation included), final return (the actors' "
         "training episodes: the compressed search's in (b)), and the Amdahl check of each (b).",
         MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LONG_CONFIGS,
-        # 30.0: chosen, not published: in probes at this budget (seed 0) (a) passed it near 600k steps and ended at
-        # 46.5, the student alone ended at 20.1 (docs/RESULTS.md, "Breakout-MinAtar past 150k steps")
-        dict(env="gymnax:Breakout-MinAtar", target=30.0, steps=1_000_000, seeds=[0, 1, 2], log_every=20,
-             fields=SEARCH_MINATAR),
+        BREAKOUT_SEARCH_LONG,
         dict(SMOKE_TRAIN, steps=2048, configs=["(a) N, none", "(b) N, int8", "(c) student, none"]),
         goal_ratio=ISSUE_31_RATIO),
     Benchmark(
@@ -327,9 +329,7 @@ BENCHMARKS = (
         "distill:small's student trained directly; seconds to the target (compilation included), final return (the "
         "actors' training episodes: the compressed search's in (b)), and the Amdahl check of (b).",
         MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
-        # 30.0: compression_search_breakout_minatar_long's target (chosen there, not published)
-        dict(env="gymnax:Breakout-MinAtar", target=30.0, steps=1_000_000, seeds=[0, 1, 2], log_every=20,
-             fields=SEARCH_MINATAR),
+        BREAKOUT_SEARCH_LONG,  # compression_search_breakout_minatar_long's budget and target
         # (a) and (c) are the long benchmark's, smoke-tested there
         dict(SMOKE_TRAIN, configs=[
             "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
