@@ -70,10 +70,10 @@ GROUPS = (
         "distill_steps", "distill_learning_rate", "distill_async", "distill_reuse_teacher", "distill_children",
         "distill_sibling_coef", "distill_minibatches", "compress_every",
         "policy_lag", "max_actor_kl",
-        "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share")),
+        "auto_candidates", "auto_every", "auto_max_clip", "auto_min_actor_share", "learner_children")),
     ("search", "search agents (--agent search): Gumbel MuZero search with the actor's network", (
         "agent", "search_target", "num_simulations", "max_depth", "max_num_considered_actions", "gumbel_scale",
-        "learner_children", "n_step")),
+        "n_step")),
     ("loops", "loops: seeds and sweeps in one program (Anakin), actor threads and queues (Sebulba)", (
         "num_seeds", "sweep", "actor_threads", "actor_batch", "actor_device", "queue_size")),
     ("outputs", "logging, checkpoints, failures", (
