@@ -91,11 +91,10 @@ def check_args(args: Args) -> None:
 
 
 def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progress: bool = False,
-         search=None, keep_obs: int = DIVERGENCE_OBS, exact=None) -> dict:
+         search=None, keep_obs: int = DIVERGENCE_OBS) -> dict:
     """Play ``episodes`` whole episodes of ``trained`` (:class:`accerl_jax.tools.trained.Trained`) on its env
     (``search``: a :class:`~accerl_jax.search.acting.SearchSettings` to search with at every step,
-    :mod:`accerl_jax.search.evaluation`; a gymnax env; ``exact``: with ``search``, ``(apply, params)`` of a
-    network that evaluates each search's root's children, :func:`~accerl_jax.search.acting.search_policy`).
+    :mod:`accerl_jax.search.evaluation`; a gymnax env).
 
     Returns:
       ``{"returns": [episodes] float list, "lengths": [episodes] int list (agent steps), "obs":
@@ -124,7 +123,7 @@ def play(trained, episodes: int, *, greedy: bool = False, seed: int = 1, progres
     if search is not None:
         from accerl_jax.search.evaluation import make_search_act
 
-        search_act = make_search_act(trained, search, greedy, exact)
+        search_act = make_search_act(trained, search, greedy)
 
     def one(carry):
         env_state, obs, key = carry

@@ -37,12 +37,11 @@ def search_settings(cfg, num_simulations: Optional[int], no_search: bool):
     return settings if num_simulations is None else dataclasses.replace(settings, num_simulations=num_simulations)
 
 
-def make_search_act(trained, settings, greedy: bool, exact=None) -> Callable:
+def make_search_act(trained, settings, greedy: bool) -> Callable:
     """``act(env_state, obs [B, *obs_shape], key uint32[2]) -> action [B] int32``: a search with
     ``trained``'s (:class:`accerl_jax.tools.trained.Trained`) network and env model from each env's state
     (``env_state``: its adapter state). The action is the search's (Gumbel MuZero's sequential halving,
-    as the actors act); ``greedy``: the argmax of its action weights; ``exact``: ``(apply, params)`` of a
-    network that evaluates the root's children (:func:`~accerl_jax.search.acting.search_policy`)."""
+    as the actors act); ``greedy``: the argmax of its action weights."""
     import jax.numpy as jnp
 
     from accerl_jax.search.acting import search_policy
@@ -50,8 +49,7 @@ def make_search_act(trained, settings, greedy: bool, exact=None) -> Callable:
     model = trained.env.model
 
     def act(env_state, obs, key):
-        out = search_policy(trained.apply, model, settings, trained.params, obs, env_state.env_state, key,
-                            exact=exact)
+        out = search_policy(trained.apply, model, settings, trained.params, obs, env_state.env_state, key)
         return jnp.argmax(out.action_weights, -1).astype(jnp.int32) if greedy else out.action
 
     return act

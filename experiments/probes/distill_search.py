@@ -83,6 +83,7 @@ def probe(args) -> dict:
 
     from accerl_jax import evaluate, networks
     from accerl_jax.compressor.distill import children_loss, distillation_loss
+    from accerl_jax.compressor.paired import PairedApply
     from accerl_jax.config import ConfigError
     from accerl_jax.monitor import policy_divergence
     from accerl_jax.search.evaluation import search_settings
@@ -96,10 +97,10 @@ def probe(args) -> dict:
     out = {"run": args.run, "step": t.step, "env": t.cfg.env, "student": args.student, "value_coef": args.value_coef,
            "teacher_widths": list(t.spec.widths)}
 
-    def play(name, apply, params, search=settings, keep_obs=0, exact=None):
+    def play(name, apply, params, search=settings, keep_obs=0):
         start = time.perf_counter()
         played = evaluate.play(dataclasses.replace(t, apply=apply, params=params), args.episodes, seed=args.seed,
-                               search=search, keep_obs=keep_obs, exact=exact)
+                               search=search, keep_obs=keep_obs)
         r = np.asarray(played["returns"])
         out[name] = {"return_mean": float(r.mean()), "return_std": float(r.std()), "episodes": len(r)}
         print(f"{name}: return {r.mean():.2f} ± {r.std():.2f} over {len(r)} episodes "
@@ -175,7 +176,7 @@ def probe(args) -> dict:
     play("student_search", s_apply, params)
     play("student_prior_teacher_value", lambda p, o: (s_apply(p[0], o)[0], t.apply(p[1], o)[1]), both)
     play("teacher_prior_student_value", lambda p, o: (t.apply(p[1], o)[0], s_apply(p[0], o)[1]), both)
-    play("student_search_teacher_children", s_apply, params, exact=(t.apply, t.params))
+    play("student_search_teacher_children", PairedApply(s_apply, t.apply), both)  # as --learner-children
     play("teacher_alone", t.apply, t.params, search=None)
     play("student_alone", s_apply, params, search=None)
     return out
