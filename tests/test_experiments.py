@@ -428,6 +428,9 @@ def test_the_page_names_runs_kept_over_several_sittings_or_at_another_revision()
     assert lines[2:-1] == [f"- `Pong-v5` seed 1: started at git {other[:12]}; resumed from update 976 at git {rev[:12]}"]
     r["runs"]["Pong-v5"] = r["runs"]["Pong-v5"][:1]
     assert page.kept_lines(r) == []
+    # a sitting started on a checkout with uncommitted changes says so (its 12 digits alone would read as rev)
+    r["runs"]["Pong-v5"][0]["sessions"][0]["git_revision"] = rev + "+dirty"
+    assert page.kept_lines(r)[2:-1] == [f"- `Pong-v5` seed 0: started at git {rev[:12]}+dirty"]
 
 
 def test_auto_against_none_on_the_default_job_is_the_same_run_and_the_page_says_so(tmp_path):

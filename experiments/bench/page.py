@@ -113,6 +113,12 @@ def same_run_lines(checks: dict, base: str) -> list[str]:
     return lines + [""] if lines else []
 
 
+def _short(revision: str) -> str:
+    """A git revision's first 12 hex digits, with its ``+dirty`` mark (uncommitted changes) kept."""
+    commit, dirty, rest = revision.partition("+")
+    return commit[:12] + dirty + rest
+
+
 def kept_lines(r: dict) -> list[str]:
     """A line per run that ``--keep-runs`` trained over several sittings, or in a sitting at another git revision
     than the result's record: where each sitting started (the run's start or the update it resumed from) and at
@@ -124,7 +130,7 @@ def kept_lines(r: dict) -> list[str]:
             sittings = run.get("sessions") or []
             if len(sittings) > 1 or any(s["git_revision"] != rev for s in sittings):
                 said = "; ".join(("started" if s["resumed_from_update"] is None else
-                                  f"resumed from update {s['resumed_from_update']}") + f" at git {s['git_revision'][:12]}"
+                                  f"resumed from update {s['resumed_from_update']}") + f" at git {_short(s['git_revision'])}"
                                  for s in sittings)
                 out.append(f"- `{label}` seed {run['seed']}: {said}")
     return ["Runs kept over several sittings (`--keep-runs`; a resumed envpool run restarts its episodes in flight):",
