@@ -242,6 +242,35 @@ def test_learner_children_evaluate_the_roots_children():
         assert float(jnp.abs(mixed - other.root_qvalues).max()) > 1e-3
 
 
+def test_learner_children_skip_the_compressed_networks_first_visits():
+    """With N at the root's children, the simulations that expand a child at every root (Gumbel's first
+    visits: one per considered action, ``min(S, A, m)`` of them) run neither the model nor the compressed
+    network: on CartPole (A = 2) with S = 8 it is evaluated 1 + 8 - 2 = 7 times per search, N once (the
+    ``B * A`` children in one batch); without N, S + 1 = 9 times. Counted as run, not as traced."""
+    from accerl_jax.search.acting import SearchSettings, search_policy
+
+    env = make_env("gymnax:CartPole-v1", 5)
+    state, obs = env.reset(jax.random.PRNGKey(4))
+    w, v = (jax.random.normal(jax.random.PRNGKey(k), (4, 3)) for k in (3, 5))
+    calls = {"compressed": 0, "exact": 0}
+
+    def counting(name):
+        def apply(p, o):
+            jax.debug.callback(lambda _: calls.__setitem__(name, calls[name] + 1), o.sum())
+            out = o @ p
+            return out[:, :2], out[:, 2] * 10
+        return apply
+
+    for sims, exact, want in ((8, True, (7, 1)), (8, False, (9, 0)), (1, True, (1, 1))):
+        calls.update(compressed=0, exact=0)
+        out = jax.jit(lambda: search_policy(counting("compressed"), env.model, SearchSettings(num_simulations=sims),
+                                            w, obs, state.env_state, jax.random.PRNGKey(1),
+                                            exact=(counting("exact"), v) if exact else None))()
+        jax.block_until_ready(out)
+        jax.effects_barrier()
+        assert (calls["compressed"], calls["exact"]) == want, (sims, exact, calls)
+
+
 def _toy_search(sims: int, considered: int, invalid):
     """A small Gumbel MuZero search with a fixed network (``B = 6`` roots, ``A = 5`` actions, a made-up
     deterministic model): ``(root, mctx's PolicyOutput)``."""
@@ -455,12 +484,13 @@ def test_search_divergence_of_one_network_with_itself_is_none():
 
 def test_compressed_search_fidelity_is_logged(short_run):
     """The short run's rows carry the compressed search's move agreement and total variation against the
-    learner's search (one log of 2 updates), the summary their mean/worst and S + 1 network evaluations
-    per env step, and the printed summary shows them."""
+    learner's search (one log of 2 updates), the summary their mean/worst and the network evaluations
+    per env step (S + 1 - A with --learner-children), and the printed summary shows them."""
     from accerl_jax.monitor.summary import format_summary
 
     summary, _ = short_run
-    assert summary["network_evaluations_per_step"] == SHORT["num_simulations"] + 1
+    # the compressed network: the root and S simulations less the 2 that expand the roots' children (N's)
+    assert summary["network_evaluations_per_step"] == SHORT["num_simulations"] + 1 - 2
     assert summary["learner_evaluations_per_step"] == 2  # --learner-children: CartPole's 2 children per root
     assert summary["search_target"] == "search"  # the default
     assert 0.0 <= summary["search_agreement_during_min"] <= summary["search_agreement_during_mean"] <= 1.0

@@ -196,7 +196,10 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
         the root's ``A`` children, all expanded with the model before the search (``A`` of its evaluations
         per root: the values the root's actions are compared by, ``r + γ v(child)``, are its own where the
         tree does not go deeper); ``apply``/``params`` evaluate the root and every node below the
-        children. The ``S`` simulations still evaluate ``apply`` at the children (the outputs discarded).
+        children. In a one-player env with every action legal, Gumbel's first ``min(S, A, m)``
+        simulations (``m``: ``settings.max_num_considered_actions``), which expand one of the root's
+        children at every root, run neither the model nor ``apply``; later ones that reach a root's child
+        (past ``max_depth``) and a game's evaluate ``apply`` there too, the outputs discarded.
         None: ``apply``/``params`` evaluate every node, unless ``apply`` is a
         :class:`~accerl_jax.compressor.paired.PairedApply` (``--learner-children``), whose learner's
         network on ``params`` then evaluates the children.
@@ -226,15 +229,42 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
                              embedding=Node(env_state, jnp.zeros((b,), bool), obs if record_children else None,
                                             at_root))
 
-    def recurrent_fn(p, rng, action, node: Node):
+    def expanded(action):  # the root's children, expanded before the search, at action [B]
+        return jax.tree.map(lambda pre: jnp.take_along_axis(
+            pre, action.reshape((b, 1) + (1,) * (pre.ndim - 2)), axis=1)[:, 0], children)
+
+    def stepped(p, rng, action, node: Node):  # the model's step and the compressed network's evaluation
         next_obs, state, reward, terminated = model.step(jax.random.split(rng, b), node.state, action)
-        child_logits, child_value = evaluate(p, next_obs)
-        if children is not None:  # a child of the root: the exact network's, on the state expanded before
-            pick = lambda pre, new: jnp.where(  # noqa: E731  [B, A, ...] at action where at the root
-                node.root.reshape((b,) + (1,) * (new.ndim - 1)),
-                jnp.take_along_axis(pre, action.reshape((b, 1) + (1,) * (new.ndim - 1)), axis=1)[:, 0], new)
-            next_obs, state, reward, terminated, child_logits, child_value = jax.tree.map(
-                pick, children, (next_obs, state, reward, terminated, child_logits, child_value))
+        return (next_obs, state, reward, terminated) + evaluate(p, next_obs)
+
+    def mixed(p, rng, action, node: Node):  # some roots' children (the exact network's), some deeper nodes
+        pick = lambda pre, new: jnp.where(  # noqa: E731
+            node.root.reshape((b,) + (1,) * (new.ndim - 1)), pre, new)
+        return jax.tree.map(pick, expanded(action), stepped(p, rng, action, node))
+
+    # One player, every action legal: Gumbel's first min(S, A, m) simulations each expand a root's child at
+    # every root (sequential halving visits each considered action once first), which the exact network
+    # evaluated before the search. They are traced apart, before mctx's loop over the rest, and run neither
+    # the model nor the compressed network. (A lax.cond on "every parent is a root" made the whole search
+    # 3.3x slower on XLA:CPU.) In a game the legal moves, so the first visits, vary between roots.
+    first = 0 if children is None or legal is not None else min(
+        settings.num_simulations, logits.shape[-1], settings.max_num_considered_actions)
+    at_roots = [False]  # while tracing: whether the simulation being traced is one of the first
+
+    def loop_fn(lower, upper, body, state):
+        for sim in range(lower, lower + first):
+            at_roots[0] = True
+            state = body(sim, state)
+        at_roots[0] = False
+        return jax.lax.fori_loop(lower + first, upper, body, state)
+
+    def recurrent_fn(p, rng, action, node: Node):
+        if children is None:
+            next_obs, state, reward, terminated, child_logits, child_value = stepped(p, rng, action, node)
+        elif at_roots[0]:
+            next_obs, state, reward, terminated, child_logits, child_value = expanded(action)
+        else:
+            next_obs, state, reward, terminated, child_logits, child_value = mixed(p, rng, action, node)
         ended = node.terminal | terminated  # below a terminal state nothing happens any more
         out = mctx.RecurrentFnOutput(
             reward=jnp.where(node.terminal, 0.0, reward),
@@ -247,6 +277,7 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
 
     out = mctx.gumbel_muzero_policy(
         params, key, root, recurrent_fn, num_simulations=settings.num_simulations, max_depth=settings.max_depth,
+        loop_fn=loop_fn,
         invalid_actions=None if legal is None else jnp.logical_not(legal),
         max_num_considered_actions=settings.max_num_considered_actions, gumbel_scale=settings.gumbel_scale)
     action = out.action.astype(jnp.int32)

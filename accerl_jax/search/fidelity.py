@@ -61,14 +61,20 @@ def search_divergence(actor_apply, learner_apply, model, settings, actor_params,
 
 def summary_fields(cfg, rows: list[dict], num_actions: int) -> dict:
     """The summary's search fields of a ``--agent search`` run: ``search_target`` (``--search-target``),
-    ``network_evaluations_per_step`` (S + 1: the root and one per simulation, actor side, the actor's
-    network), ``learner_evaluations_per_step`` (``--learner-children``: the learner's network at the root's
+    ``network_evaluations_per_step`` (the actor's network, actor side: S + 1, the root and one per
+    simulation; with ``--learner-children`` on a one-player env S + 1 - min(S, A, m) for ``A =
+    num_actions`` and m ``--max-num-considered-actions``, Gumbel's first visits expanding the root's
+    children, which the learner's network evaluates; in a game, where the legal moves vary, S + 1 as the
+    most), ``learner_evaluations_per_step`` (``--learner-children``: the learner's network at the root's
     ``num_actions`` children, actor side; else 0) and, over the
     logged ``rows``, the compressed search's fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
     from accerl_jax.monitor.summary import finite_values, mean_and_worst
 
-    out = {"search_target": cfg.search_target, "network_evaluations_per_step": cfg.num_simulations + 1,
+    skipped = 0
+    if cfg.learner_children and not cfg.env.startswith("pgx:"):
+        skipped = min(cfg.num_simulations, num_actions, cfg.max_num_considered_actions)
+    out = {"search_target": cfg.search_target, "network_evaluations_per_step": cfg.num_simulations + 1 - skipped,
            "learner_evaluations_per_step": num_actions if cfg.learner_children else 0,
            **mean_and_worst(rows, ((AGREEMENT, AGREEMENT, min), (TV, TV, max)))}
     for key in (AGREEMENT, TV):
