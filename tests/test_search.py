@@ -261,6 +261,8 @@ def test_learner_children_skip_the_compressed_networks_first_visits():
             return out[:, :2], out[:, 2] * 10
         return apply
 
+    assert [SearchSettings(num_simulations=s, max_num_considered_actions=m).first_visits(2)
+            for s, m in ((8, 16), (1, 16), (8, 1))] == [2, 1, 1]
     for sims, exact, want in ((8, True, (7, 1)), (8, False, (9, 0)), (1, True, (1, 1))):
         calls.update(compressed=0, exact=0)
         out = jax.jit(lambda: search_policy(counting("compressed"), env.model, SearchSettings(num_simulations=sims),

@@ -51,6 +51,14 @@ class SearchSettings:
     gumbel_scale: float = 1.0
     discount: float = 0.99
 
+    def first_visits(self, num_actions: int) -> int:
+        """How many simulations open a search, one per considered root action (``min(S, A, m)`` for ``A =
+        num_actions`` legal actions and ``m = max_num_considered_actions``): Gumbel's sequential halving
+        visits each considered action once before anything else, so each of these expands a root's child
+        (Danihelka et al. 2022, "Policy improvement by planning with Gumbel", Sequential Halving at the
+        root; mctx ``seq_halving.get_sequence_of_considered_visits``)."""
+        return min(self.num_simulations, num_actions, self.max_num_considered_actions)
+
     @classmethod
     def from_config(cls, cfg) -> "SearchSettings":
         """The settings of a :class:`~accerl_jax.config.Config`."""
@@ -247,8 +255,7 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
     # evaluated before the search. They are traced apart, before mctx's loop over the rest, and run neither
     # the model nor the compressed network. (A lax.cond on "every parent is a root" made the whole search
     # 3.3x slower on XLA:CPU.) In a game the legal moves, so the first visits, vary between roots.
-    first = 0 if children is None or legal is not None else min(
-        settings.num_simulations, logits.shape[-1], settings.max_num_considered_actions)
+    first = 0 if children is None or legal is not None else settings.first_visits(logits.shape[-1])
     at_roots = [False]  # while tracing: whether the simulation being traced is one of the first
 
     def loop_fn(lower, upper, body, state):
@@ -259,12 +266,9 @@ def search_policy(apply: ApplyFn, model, settings: SearchSettings, params, obs: 
         return jax.lax.fori_loop(lower + first, upper, body, state)
 
     def recurrent_fn(p, rng, action, node: Node):
-        if children is None:
-            next_obs, state, reward, terminated, child_logits, child_value = stepped(p, rng, action, node)
-        elif at_roots[0]:
-            next_obs, state, reward, terminated, child_logits, child_value = expanded(action)
-        else:
-            next_obs, state, reward, terminated, child_logits, child_value = mixed(p, rng, action, node)
+        next_obs, state, reward, terminated, child_logits, child_value = (
+            stepped(p, rng, action, node) if children is None else
+            expanded(action) if at_roots[0] else mixed(p, rng, action, node))
         ended = node.terminal | terminated  # below a terminal state nothing happens any more
         out = mctx.RecurrentFnOutput(
             reward=jnp.where(node.terminal, 0.0, reward),

@@ -70,10 +70,10 @@ def summary_fields(cfg, rows: list[dict], num_actions: int) -> dict:
     logged ``rows``, the compressed search's fidelity: ``search_agreement_during_mean`` / ``_min`` and ``search_tv_during_mean`` / ``_max`` (None
     where no row logged a finite value) and the last row's ``search_agreement`` / ``search_tv``."""
     from accerl_jax.monitor.summary import finite_values, mean_and_worst
+    from accerl_jax.search.acting import SearchSettings  # mctx: only a search run imports it
 
-    skipped = 0
-    if cfg.learner_children and not cfg.env.startswith("pgx:"):
-        skipped = min(cfg.num_simulations, num_actions, cfg.max_num_considered_actions)
+    one_player = cfg.learner_children and not cfg.env.startswith("pgx:")
+    skipped = SearchSettings.from_config(cfg).first_visits(num_actions) if one_player else 0
     out = {"search_target": cfg.search_target, "network_evaluations_per_step": cfg.num_simulations + 1 - skipped,
            "learner_evaluations_per_step": num_actions if cfg.learner_children else 0,
            **mean_and_worst(rows, ((AGREEMENT, AGREEMENT, min), (TV, TV, max)))}
