@@ -370,7 +370,7 @@ def test_kept_runs_resume_a_stopped_run_read_back_a_finished_one_and_refuse_othe
     assert err.value.exit_code == 1
     monkeypatch.undo()
     kept = harness.kept_in_process(fields, folder, target=15.0, keep_curve=True)
-    rev = harness.git_revision()
+    rev = harness.process_revision()
     assert kept["sessions"] == [{"git_revision": rev, "resumed_from_update": None},
                                 {"git_revision": rev, "resumed_from_update": 3}]
     for key in ("final_return_mean", "total_env_steps", "actor_params"):
@@ -387,6 +387,18 @@ def test_kept_runs_resume_a_stopped_run_read_back_a_finished_one_and_refuse_othe
     with pytest.raises(harness.KeptRunError, match=r"seed: 0 \(kept\) vs 1 \(now\)") as err:
         harness.kept_in_process(dict(fields, seed=1), folder)
     assert err.value.exit_code == 2
+
+
+def test_the_revision_runs_record_is_the_one_their_process_started_on(monkeypatch):
+    """A benchmark's runs train in its own process, which imported the package at the start: a checkout
+    edited meanwhile (``+dirty`` from then on) did not change the code they ran, so their record keeps the
+    revision of the start."""
+    checkout = iter(["c0ffee", "c0ffee+dirty"])
+    monkeypatch.setattr(harness, "git_revision", lambda: next(checkout))
+    monkeypatch.setattr(harness, "_PROCESS_REVISION", [])
+    assert harness.record()["git_revision"] == "c0ffee"
+    assert harness.process_revision() == "c0ffee"  # a later sitting of a kept run
+    assert next(checkout) == "c0ffee+dirty"  # read once: the checkout did change after
 
 
 def test_a_benchmark_kept_over_two_calls_is_one_result(tmp_path, monkeypatch):

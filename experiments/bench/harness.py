@@ -48,6 +48,19 @@ def git_revision() -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+_PROCESS_REVISION: list[str] = []
+
+
+def process_revision() -> str:
+    """:func:`git_revision` taken once per process, at its first call: :func:`record` makes it at a benchmark's
+    start, before any run imports the trainer, so it names the code this process runs in-process. A
+    revision read at each later run would mark ``+dirty`` runs that never ran the edit made meanwhile (the
+    process had already imported the package)."""
+    if not _PROCESS_REVISION:
+        _PROCESS_REVISION.append(git_revision())
+    return _PROCESS_REVISION[0]
+
+
 def machine_kind() -> str:
     """The results folder's name: ``cpu-<n>core`` on a CPU-only machine, ``<backend>-<device kind>``
     otherwise (e.g. ``gpu-nvidia_h200``)."""
@@ -74,7 +87,7 @@ def record() -> dict:
             versions[name] = None
     return {"machine_kind": machine_kind(), "platform": platform.platform(), "cpu_model": _cpu_model(),
             "cpu_count": os.cpu_count(), "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-            "python": platform.python_version(), "git_revision": git_revision(), "packages": versions,
+            "python": platform.python_version(), "git_revision": process_revision(), "packages": versions,
             "load_1min_before": os.getloadavg()[0]}
 
 
@@ -306,7 +319,7 @@ def kept_in_process(fields: dict, folder: str, target: float | None = None, keep
             base["checkpoint_every"] = max(1, c.total_steps // (c.num_envs * c.rollout_length) // KEPT_CHECKPOINTS)
         cfg = Config(**dict(base, **fields, logdir=folder, resume=folder if steps else None, overwrite=not steps))
         os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
-        sessions.append({"git_revision": git_revision(), "resumed_from_update": steps[-1] if steps else None,
+        sessions.append({"git_revision": process_revision(), "resumed_from_update": steps[-1] if steps else None,
                          "fields": given})
         with open(folder + ".jsonl", "a") as f:
             f.write(json.dumps(sessions[-1], sort_keys=True) + "\n")
