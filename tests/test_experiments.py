@@ -231,13 +231,13 @@ def test_the_verdict_states_b_over_a_and_issue_31s_half_only_where_both_reached_
 
 def test_a_benchmarks_goal_ratio_is_the_ratio_its_goal_states():
     """The verdict and the page judge against ``Benchmark.goal_ratio``; the goal's text states it for the reader:
-    the two agree on every benchmark (issue 31's six carry 0.5, the others none)."""
+    the two agree on every benchmark (issue 31's seven carry 0.5, the others none)."""
     import re
 
     for b in BENCHMARKS:
         stated = re.search(r"ratio <= ([0-9.]+)", b.goal)
         assert (None if stated is None else float(stated.group(1))) == b.goal_ratio, b.name
-    assert sum(b.goal_ratio is not None for b in BENCHMARKS) == 6
+    assert sum(b.goal_ratio is not None for b in BENCHMARKS) == 7
 
 
 def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():
@@ -518,3 +518,39 @@ def test_distill_search_probe_distils_a_search_run_and_plays_every_variant(tmp_p
     assert 0.0 < got["children"]["valid_share"] <= 1.0
     assert d["held"]["sibling_mse"] < d["held_before"]["sibling_mse"]
     assert got["student_search"]["episodes"] == 3
+
+
+def test_a_benchmark_with_its_own_host_devices_runs_in_a_process_with_them(tmp_path, monkeypatch):
+    """A benchmark with ``host_devices`` (the learner-children benchmark on 2 devices) that this process's
+    device count does not give runs in a process of its own: the same options, ``XLA_FLAGS`` with the
+    count (another count given replaced, other flags kept); its JSON is read back, and a failing process
+    is an error (exit 1). A benchmark without ``host_devices`` runs here."""
+    import subprocess
+
+    import jax
+
+    from experiments.bench import __main__ as bench_main
+
+    assert jax.device_count() == 1  # the test process's own
+    b = BY_NAME["compression_search_breakout_minatar_learner_children_two_devices"]
+    assert b.host_devices == 2
+    argv = ["run", b.name, "--quick", "--out", str(tmp_path), "--seeds", "3,4"]
+    args = bench_main.parse(argv)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=5")
+    child_argv, env = bench_main.own_process(b, args)
+    assert child_argv == [sys.executable, "-m", "experiments.bench", *argv]
+    assert env["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=0", "--xla_force_host_platform_device_count=2"]
+    assert bench_main.own_process(BY_NAME["compression_cartpole"], args) is None
+
+    started = []
+
+    def child(argv, cwd, env):
+        started.append((argv, env["XLA_FLAGS"]))
+        (tmp_path / f"{b.name}.json").write_text(json.dumps({"written": "by the child"}))
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(bench_main.subprocess, "run", child)
+    assert bench_main.run(args) == {b.name: {"written": "by the child"}}
+    assert started == [(child_argv, env["XLA_FLAGS"])]
+    monkeypatch.setattr(bench_main.subprocess, "run", lambda argv, cwd, env: subprocess.CompletedProcess(argv, 1))
+    assert main(argv) == 1

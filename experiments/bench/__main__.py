@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +24,10 @@ from experiments.bench import harness, kinds, page
 from experiments.bench.manifest import BENCHMARKS, BY_NAME
 
 RESULTS = os.path.join(harness.REPO, "experiments", "results")
+
+
+class ChildError(RuntimeError):
+    """A benchmark's own process (:func:`own_process`) exited with an error."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -103,13 +108,51 @@ def parse(argv):
     return args
 
 
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def own_process(b, args) -> tuple[list[str], dict] | None:
+    """``(argv, environment)`` of the process that runs ``b`` with its ``host_devices`` where this one has
+    another count of CPU devices: this command for ``b`` alone (the same options), ``XLA_FLAGS`` with
+    ``--xla_force_host_platform_device_count``; or None (``b`` runs here)."""
+    import jax
+
+    if b.host_devices is None or jax.default_backend() != "cpu" or jax.device_count() == b.host_devices:
+        return None
+    argv = [sys.executable, "-m", "experiments.bench", "run", b.name]
+    if args.quick:
+        argv.append("--quick")
+    for flag in ("--repeats", "--keep-runs", "--out"):
+        if _flag(args, flag) is not None:
+            argv += [flag, str(_flag(args, flag))]
+    if args.seeds is not None:
+        argv += ["--seeds", ",".join(map(str, args.seeds))]
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
+    env = dict(os.environ, XLA_FLAGS=" ".join(kept + [f"{DEVICE_COUNT_FLAG}={b.host_devices}"]))
+    return argv, env
+
+
 def run(args) -> dict:
-    """Run the chosen benchmarks in order; each result gets the machine record and is written at once."""
+    """Run the chosen benchmarks in order; each result gets the machine record and is written at once. A
+    benchmark with its own ``host_devices`` (:func:`own_process`) runs in a process of its own, which writes
+    its JSON; its result is read back from it."""
     peer = {name: {"checkout": _flag(args, f.checkout_flag), "python": _flag(args, f.python_flag)}
             for name, f in kinds.PEERS.items() if _flag(args, f.checkout_flag)}
     out_dir = args.out
     results = {}
     for b in BENCHMARKS if args.name == "all" else [BY_NAME[args.name]]:
+        child = own_process(b, args)
+        if child is not None:
+            argv, env = child
+            print(f"{b.name}: in a process of its own on {b.host_devices} host devices", flush=True)
+            if subprocess.run(argv, cwd=harness.REPO, env=env).returncode != 0:
+                raise ChildError(f"{b.name}'s process ({' '.join(argv[1:])}) failed; its output is above")
+            folder = args.out or os.path.join(
+                os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS,
+                harness.machine_kind())
+            with open(os.path.join(folder, f"{b.name}.json")) as f:
+                results[b.name] = json.load(f)
+            continue
         started, rec = time.perf_counter(), harness.record()
         if out_dir is None:
             base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS
@@ -139,6 +182,9 @@ def main(argv=None) -> int:
         except harness.KeptRunError as err:  # the runs kept so far stay; the same command continues them
             print(f"error: {err}", file=sys.stderr)
             return err.exit_code
+        except ChildError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
     elif args.write:
         try:
             page.write(args.write, args.results)

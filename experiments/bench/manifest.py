@@ -33,7 +33,10 @@ class Benchmark:
     ``requires`` a Python package without which the benchmark is recorded as skipped; ``columns`` its
     table's columns where they are not its kind's; ``goal_ratio`` the most (b)'s seconds to the target
     over (a)'s that a compression benchmark's goal asks for (issue 31's 0.5: at least 50% sooner), or None
-    (the goal asks only that (b) is sooner: the verdict states the ratio)."""
+    (the goal asks only that (b) is sooner: the verdict states the ratio); ``host_devices`` the XLA devices
+    its process runs on with the CPU backend (``--xla_force_host_platform_device_count``: ``python -m
+    experiments.bench run`` starts a process with them where its own has another count), or None: the
+    process's own."""
 
     name: str
     kind: str
@@ -47,6 +50,7 @@ class Benchmark:
     requires: str | None = None
     columns: tuple | None = None  # (metric, header, format) of its table; None: its kind's (kinds.COLUMNS)
     goal_ratio: float | None = None
+    host_devices: int | None = None
 
 
 CLEANRL_PPO = "CleanRL ppo.py, openrlbenchmark (docs/benchmark/ppo.md), 3 seeds, mean ± std"
@@ -334,6 +338,19 @@ BENCHMARKS = (
         dict(SMOKE_TRAIN, configs=[
             "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
         goal_ratio=ISSUE_31_RATIO),
+    Benchmark(
+        "compression_search_breakout_minatar_learner_children_two_devices", "compression",
+        "compression_search_breakout_minatar_learner_children on 2 XLA host devices sharing the machine's cores "
+        "(--xla_force_host_platform_device_count=2): each device steps half of the 64 envs, runs half of the "
+        "learner's batch and of (b)'s distillation rows, and the devices' programs run side by side, which the "
+        "small networks and the tree's bookkeeping of (b)'s search use where one device's ops leave cores idle; "
+        "the same (a)/(b)/(c), budget, target and seeds; seconds to the target (compilation included), final "
+        "return, and the Amdahl check of (b).",
+        MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
+        BREAKOUT_SEARCH_LONG,
+        dict(SMOKE_TRAIN, configs=[
+            "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
+        goal_ratio=ISSUE_31_RATIO, host_devices=2),
     Benchmark(
         "compression_search_space_invaders_minatar_long", "compression",
         "compression_search_breakout_minatar_long's search on SpaceInvaders-MinAtar: the same search agent (Gumbel "
