@@ -554,3 +554,16 @@ def test_a_benchmark_with_its_own_host_devices_runs_in_a_process_with_them(tmp_p
     assert started == [(child_argv, env["XLA_FLAGS"])]
     monkeypatch.setattr(bench_main.subprocess, "run", lambda argv, cwd, env: subprocess.CompletedProcess(argv, 1))
     assert main(argv) == 1
+
+
+def test_a_kept_runs_checkpoints_fall_on_its_logs_where_that_at_most_doubles_their_interval():
+    """:func:`harness.kept_checkpoint_every`: about 40 checkpoints over the budget, rounded up to a multiple of
+    ``log_every`` (the Anakin loop's chunks then end at the logs only) unless that more than doubles it."""
+    from accerl_jax.config import Config
+
+    long_search = dict(agent="search", num_envs=64, rollout_length=16, total_steps=1_000_000)  # 976 updates
+    assert harness.kept_checkpoint_every(Config(**long_search, log_every=20)) == 40  # 24 rounded up
+    assert harness.kept_checkpoint_every(Config(**long_search, log_every=1)) == 24
+    assert harness.kept_checkpoint_every(Config(**long_search, log_every=8)) == 24  # already a multiple
+    assert harness.kept_checkpoint_every(Config(**long_search, log_every=100)) == 24  # 100 would be 4x
+    assert harness.kept_checkpoint_every(Config(num_envs=4, rollout_length=4, total_steps=64, log_every=1)) == 1

@@ -7,8 +7,9 @@
     python -m experiments.bench page [--results DIR] [--write docs/RESULTS.md]
 
 ``run`` writes ``DIR/<name>.json`` (default ``experiments/results/<machine kind>/``; with ``--quick``,
-a folder under the system's temporary directory, so a smoke run never replaces a measurement). Bad
-input: one line on stderr, exit status 2.
+a folder under the system's temporary directory, so a smoke run never replaces a measurement). A
+benchmark that names its ``host_devices`` runs in a process of its own with that many CPU devices
+(:func:`own_process`) where this one has another count. Bad input: one line on stderr, exit status 2.
 """
 from __future__ import annotations
 
