@@ -567,3 +567,12 @@ def test_a_kept_runs_checkpoints_fall_on_its_logs_where_that_at_most_doubles_the
     assert harness.kept_checkpoint_every(Config(**long_search, log_every=8)) == 24  # already a multiple
     assert harness.kept_checkpoint_every(Config(**long_search, log_every=100)) == 24  # 100 would be 4x
     assert harness.kept_checkpoint_every(Config(num_envs=4, rollout_length=4, total_steps=64, log_every=1)) == 1
+
+
+def test_a_results_record_line_names_its_devices_where_it_had_several():
+    rec = {"machine_kind": "cpu-2core", "cpu_model": "x", "cpu_count": 2, "backend": "cpu", "devices": ["cpu:0"],
+           "git_revision": "0" * 40, "packages": {"jax": "0.10.2"}, "load_1min_before": 1.0, "load_1min_after": 2.0,
+           "wall_s": 60.0}
+    r = {"runs": {"(a)": [{"seed": 0}]}, "quick": False, "rounds": 1}
+    assert "2 CPUs, cpu; git" in page.record_line(r, rec)
+    assert "2 CPUs, cpu (2 devices); git" in page.record_line(r, dict(rec, devices=["cpu:0", "cpu:1"]))
