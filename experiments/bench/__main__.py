@@ -112,6 +112,13 @@ def parse(argv):
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
+def default_out(quick: bool, machine_kind: str) -> str:
+    """``run``'s results folder without ``--out``: ``experiments/results/<machine kind>/``, or with
+    ``--quick`` that kind's folder under the system's temporary directory."""
+    base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if quick else RESULTS
+    return os.path.join(base, machine_kind)
+
+
 def own_process(b, args) -> tuple[list[str], dict] | None:
     """``(argv, environment)`` of the process that runs ``b`` with its ``host_devices`` where this one has
     another count of CPU devices: this command for ``b`` alone (the same options), ``XLA_FLAGS`` with
@@ -148,16 +155,12 @@ def run(args) -> dict:
             print(f"{b.name}: in a process of its own on {b.host_devices} host devices", flush=True)
             if subprocess.run(argv, cwd=harness.REPO, env=env).returncode != 0:
                 raise ChildError(f"{b.name}'s process ({' '.join(argv[1:])}) failed; its output is above")
-            folder = args.out or os.path.join(
-                os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS,
-                harness.machine_kind())
-            with open(os.path.join(folder, f"{b.name}.json")) as f:
+            with open(os.path.join(args.out or default_out(args.quick, harness.machine_kind()), f"{b.name}.json")) as f:
                 results[b.name] = json.load(f)
             continue
         started, rec = time.perf_counter(), harness.record()
         if out_dir is None:
-            base = os.path.join(tempfile.gettempdir(), "accerl_jax-bench-quick") if args.quick else RESULTS
-            out_dir = os.path.join(base, rec["machine_kind"])
+            out_dir = default_out(args.quick, rec["machine_kind"])
         keep = args.keep_runs if b.kind in kinds.KEEPS_RUNS else None
         result = kinds.measure(b, args.quick, args.repeats, peer, args.seeds, keep)
         result["record"] = harness.finish_record(rec, started)

@@ -133,6 +133,10 @@ CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not 
 # plies").
 CONNECT4_LONG = dict(CONNECT4, gumbel_scale=4.0)
 SMOKE_TRAIN = dict(steps=1024, seeds=[0], log_every=1)  # 4 updates of the default 16 x 16
+# The two learner-children benchmarks' smoke budget: (b) alone ((a) and (c) are the long benchmark's, smoke-tested
+# there).
+LEARNER_CHILDREN_SMOKE = dict(SMOKE_TRAIN, configs=[
+    "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"])
 # The two Connect Four compression benchmarks' goal, (a)/(b)/(c) configurations with the reference, smoke
 # budget and columns.
 C4_GOAL = "issue 31: (b) at least 50% sooner than (a) (ratio <= 0.5) and sooner than (c) at equal final win rate"
@@ -334,9 +338,7 @@ BENCHMARKS = (
         "actors' training episodes: the compressed search's in (b)), and the Amdahl check of (b).",
         MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
         BREAKOUT_SEARCH_LONG,  # compression_search_breakout_minatar_long's budget and target
-        # (a) and (c) are the long benchmark's, smoke-tested there
-        dict(SMOKE_TRAIN, configs=[
-            "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
+        LEARNER_CHILDREN_SMOKE,
         goal_ratio=ISSUE_31_RATIO),
     Benchmark(
         "compression_search_breakout_minatar_learner_children_two_devices", "compression",
@@ -348,8 +350,7 @@ BENCHMARKS = (
         "return, and the Amdahl check of (b).",
         MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
         BREAKOUT_SEARCH_LONG,
-        dict(SMOKE_TRAIN, configs=[
-            "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"]),
+        LEARNER_CHILDREN_SMOKE,
         goal_ratio=ISSUE_31_RATIO, host_devices=2),
     Benchmark(
         "compression_search_space_invaders_minatar_long", "compression",

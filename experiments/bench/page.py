@@ -39,7 +39,8 @@ def cell(stats: dict, fmt: str) -> str:
 def record_line(r: dict, rec: dict) -> str:
     seeds = sorted({run["seed"] for rs in r["runs"].values() for run in rs})
     quick = "; **--quick: a smoke budget, not a measurement**" if r["quick"] else ""
-    devices = len(rec.get("devices", [])) > 1 and f" ({len(rec['devices'])} devices)" or ""
+    count = len(rec.get("devices", []))
+    devices = f" ({count} devices)" if count > 1 else ""
     return (f"{rec['machine_kind']}: {rec['cpu_model']}, {rec['cpu_count']} CPUs, {rec['backend']}{devices}; git "
             f"{rec['git_revision'][:12]}{'+dirty' if rec['git_revision'].endswith('+dirty') else ''}; jax {rec['packages'].get('jax')}; 1-min load {rec['load_1min_before']:.1f} → "
             f"{rec['load_1min_after']:.1f}; {r['rounds']} rotated round(s), seeds {seeds}; {rec['wall_s'] / 60:.1f} min{quick}.")
