@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import signal
+import time
 
 import jax
 import jax.numpy as jnp
@@ -55,10 +56,13 @@ class FakeStepper:
     last env step; every step measures 0.5 s of ``actor`` and 0.25 s of ``learner``; update 2 refreshes
     (logged with its events) and takes an auto decision; ``bad_at`` diverges, ``fail_at`` raises,
     ``signal_at`` sends SIGTERM to this process right after yielding that update (0: SIGINT before the
-    first update)."""
+    first update). ``hold`` > 0: each step is yielded that many seconds after its outputs were "read" (as
+    the Anakin stepper's, whose dispatch ahead waits on several devices), carrying that moment as
+    ``done_at`` (the readings in ``self.done``)."""
 
-    def __init__(self, run, snap, *, bad_at=None, fail_at=None, signal_at=None):
+    def __init__(self, run, snap, *, bad_at=None, fail_at=None, signal_at=None, hold=0.0):
         self.run, self.snap, self.seeds = run, snap, run.cfg.num_seeds
+        self.hold, self.done = hold, {}
         self.bad_at, self.fail_at, self.signal_at = bad_at, fail_at, signal_at
         self.completed = run.start_update
         self.closed = 0
@@ -84,9 +88,13 @@ class FakeStepper:
             decisions = ({"update": it, "switched": False, "chosen": "none", "trigger": "periodic", "reason": "fake",
                           "chosen_index": 0, "candidates": {"none": {"kl": 0.0, "speedup_vs_none": 1.0}}},) if it == 2 else ()
             self.completed = it
+            if self.hold:
+                self.done[it] = time.perf_counter()
+                time.sleep(self.hold)
             yield Step(it, 1, [{"loss": np.float32(it), "grad_norm": np.float32(1.0), "kl_learner_actor": np.float32(0.0)}] * self.seeds, episodes,
                        None if bad else self.snap, bad,
-                       events=Events({"actor": 0.5, "learner": 0.25}, refreshes, decisions))
+                       events=Events({"actor": 0.5, "learner": 0.25}, refreshes, decisions),
+                       done_at=self.done.get(it))
             if it == self.signal_at:
                 os.kill(os.getpid(), signal.SIGTERM)  # armed: only requests a stop
 
@@ -153,6 +161,22 @@ def test_rows_events_checkpoints_and_summary(tmp_path, monkeypatch):
     record = checkpoint.read_record(run.outputs.logdir, 3)["extra"]
     assert record["completed"] == 3 and record["fake_completed"] == 3
     assert json.load(open(os.path.join(run.outputs.logdir, "summary.json")))["updates"] == 6
+
+
+def test_a_row_is_timed_when_its_outputs_were_read_not_when_it_is_logged(tmp_path):
+    """A step logged later than its outputs reached the host (Step.done_at; the Anakin stepper on several
+    devices, whose dispatch of the chunk ahead waits for the chunk in flight) gets the earlier moment as its
+    row's wall_time_s, so a time to a target is not a chunk late."""
+    run, snap = build(tiny(tmp_path / "run"))
+    stepper = FakeStepper(run, snap, hold=0.3)
+    drive(run, stepper)
+    start = run.outputs.monitor.start
+    r = rows(run.outputs.logdir)
+    assert [int(float(x["update"])) for x in r] == [2, 4, 6]
+    for x in r:
+        assert float(x["wall_time_s"]) == pytest.approx(stepper.done[int(float(x["update"]))] - start, abs=1e-3)
+    walls = [float(x["wall_time_s"]) for x in r]
+    assert walls[1] - walls[0] == pytest.approx(stepper.done[4] - stepper.done[2], abs=1e-3) and walls[1] - walls[0] >= 0.6
 
 
 def test_every_row_before_a_checkpoint_is_on_disk_when_it_is_saved(tmp_path, monkeypatch):

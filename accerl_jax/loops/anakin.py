@@ -8,7 +8,11 @@ chunk's outputs are read, the chunk after the next one is dispatched (from the n
 computed) before the step is yielded, so that the host's work runs while the program does and the device
 never waits for the host; a chunk dispatched ahead is dropped, never counted, where the one before it
 ends the run (a stop, a divergence). The host reads each chunk's outputs as a few packed arrays
-(:class:`~accerl_jax.loops.anakin_program.ChunkOutput`), one copy each.
+(:class:`~accerl_jax.loops.anakin_program.ChunkOutput`), one copy each. With several devices XLA:CPU's
+dispatch of the chunk ahead returns only once its input state (the chunk in flight's) is computed, so the
+host logs a chunk one chunk later than it read it (the devices are as busy either way): each step carries
+the moment its outputs were read (``Step.done_at``), which its Monitor row's ``wall_time_s`` is taken at,
+not the moment it is logged (docs/RESULTS.md, "Rows a chunk late on two devices").
 
 Environments: gymnax envs are pure functions, stepped in the program. envpool envs (only by an explicit
 ``--loop anakin``) are stepped in the same program through envpool's XLA interface
@@ -116,7 +120,8 @@ class AnakinStepper:
             end, new_state, out, chunk_end = queue.popleft()
             start = time.perf_counter()
             packed, chunk_end = jax.device_get(local_view((out, chunk_end)))  # waits
-            self.fused_wait += time.perf_counter() - start
+            done_at = time.perf_counter()
+            self.fused_wait += done_at - start
             outs, counters = zip(*(unpack(_seed(packed, k, seeds)) for k in range(seeds)))
             bad_seeds, bad_quantity, skipped = (np.asarray(c) for c in zip(*counters))
             self.skipped = skipped if seeds > 1 else skipped[0]
@@ -145,7 +150,7 @@ class AnakinStepper:
             decisions = self.chunk_fn.control.take_decisions() if run.plan.auto else ()
             yield Step(completed, last, metrics, [chunk_episodes(o, last) for o in outs],
                        None if bad else self._snapshot(new_state, completed), bad, refresh=refresh,
-                       events=Events(decisions=decisions))
+                       events=Events(decisions=decisions), done_at=done_at)
             if hard_stop is not None and not queue:  # the chunks dispatched before it are counted first
                 raise hard_stop
             if not self.pipelined and not bad_update and driver.keep_going(end) and end < run.plan.num_updates:

@@ -168,14 +168,16 @@ class Monitor:
 
     table = staticmethod(table)
 
-    def log(self, update: int, metrics: dict, refresh: dict | None = None) -> None:
+    def log(self, update: int, metrics: dict, refresh: dict | None = None, at: float | None = None) -> None:
         """Write one row to every sink (the package docstring) and refresh the progress bar.
 
         ``metrics``: [] scalars (floats or arrays) of the loop, added to the row under their own names.
         ``refresh``: a refresh's divergences at this row's env step, logged as :meth:`log_refresh` does,
         in the row's own TensorBoard event (one event per row instead of two).
+        ``at``: the ``time.perf_counter()`` reading the row's ``wall_time_s`` is taken at (the moment its
+        update's outputs reached the host, :attr:`accerl_jax.run.driver.Step.done_at`); None: now.
         """
-        wall = self.wall_time
+        wall = self.wall_time if at is None else at - self.start
         row = {"update": update, "env_steps": self.env_steps, "wall_time_s": wall,
                "steps_per_s": self.env_steps / max(wall, 1e-9), "return_mean": self.return_mean,
                "length_mean": self.length_mean, "episodes": self.episodes,

@@ -96,6 +96,9 @@ class Step(NamedTuple):
     # step's Monitor row if it gets one (the Anakin loop measures it in its program); None: no refresh.
     refresh: Optional[list] = None
     events: Events = Events()
+    # time.perf_counter() when the step's outputs reached the host: its Monitor row's wall time, where the
+    # row is logged later (a stepper that dispatches ahead and waits there first); None: when it is logged.
+    done_at: Optional[float] = None
 
 
 class Final(NamedTuple):
@@ -189,6 +192,7 @@ class Driver:
         self.cache_before = compile_cache.counts()
         self.monitors = seed_monitors(run)
         self.completed = self.logged = run.start_update
+        self.done_at: Optional[float] = None  # the last step's (Step.done_at)
         self.snapshot: Optional[checkpoint.TrainState] = None
         self.metrics: list = [{} for _ in self.monitors]
         self.stopped: Optional[str] = None
@@ -274,7 +278,7 @@ class Driver:
         if len(self.monitors) > 1:  # one seed's steps (the shared x axis), every seed's episodes
             run.outputs.monitor.record_steps(steps, sum(int(np.count_nonzero(e.finished)) for e in step.episodes))
         self.metrics = step.metrics
-        self.completed = step.update
+        self.completed, self.done_at = step.update, step.done_at
         if step.bad is not None:  # the diverged state is never saved: the last good checkpoint stays
             b = step.bad
             where = replica_where(run, b.seed) if len(self.monitors) > 1 else ""
@@ -300,12 +304,13 @@ class Driver:
         if env_s is not None:  # a fused actor's calibrated env share of its time
             run.outputs.monitor.set_env_time(min(env_s, run.outputs.monitor.times["actor"]))
         rows = []
+        at = self.done_at if update == self.completed else None
         for k, m in enumerate(self.monitors):
             row = dict(self.metrics[k], **extra[k])
-            m.log(update, row, refresh[k] if refresh else None)
+            m.log(update, row, refresh[k] if refresh else None, at=at)
             rows.append(row)
         if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
-            run.outputs.monitor.log(update, rows[0])
+            run.outputs.monitor.log(update, rows[0], at=at)
         self.metrics, self.logged = rows, update
 
     def save(self, step: int, wait: bool = True) -> None:
