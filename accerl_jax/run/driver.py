@@ -304,13 +304,12 @@ class Driver:
         if env_s is not None:  # a fused actor's calibrated env share of its time
             run.outputs.monitor.set_env_time(min(env_s, run.outputs.monitor.times["actor"]))
         rows = []
-        at = self.done_at if update == self.completed else None
         for k, m in enumerate(self.monitors):
             row = dict(self.metrics[k], **extra[k])
-            m.log(update, row, refresh[k] if refresh else None, at=at)
+            m.log(update, row, refresh[k] if refresh else None, at=self.done_at)
             rows.append(row)
         if len(self.monitors) > 1:  # return_mean, length_mean: means over seeds; the rest: seed 0's
-            run.outputs.monitor.log(update, rows[0], at=at)
+            run.outputs.monitor.log(update, rows[0], at=self.done_at)
         self.metrics, self.logged = rows, update
 
     def save(self, step: int, wait: bool = True) -> None:
