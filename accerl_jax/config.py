@@ -48,7 +48,8 @@ class Config:
     board game by self-play, 'pgx:<game>' (e.g. pgx:connect_four, pgx:tic_tac_toe)."""
     compressor: str = "auto"
     """Actor policy compressor: 'auto' (default; below), 'none' (the learner's own policy);
-    'distill:<tiny|small|half>' (distillation into a smaller student); 'prune:<fraction>' (structured
+    'distill:<tiny|small|half|mlp>' (distillation into a smaller student; mlp: an MLP on an image network's
+    flattened frames); 'prune:<fraction>' (structured
     pruning: a smaller network), 'prune:<f>+distill' (pruned, then
     fine-tuned by distillation); 'mask:<sparsity>[,global][,ramp=<updates>]' (magnitude mask, per layer or
     global, gradual); quantizers 'int8' (real int8 via qwix; 'int8:all' also the heads), 'bf16',

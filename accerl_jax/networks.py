@@ -37,8 +37,12 @@ from accerl_jax.config import ACTIVATIONS, NETWORKS  # --activation's and --netw
 from accerl_jax.platform import xla
 from accerl_jax.types import ApplyFn
 
-# Width multipliers of the distillation student presets (``distill:<preset>``).
-STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125}
+# The distillation student presets (``distill:<preset>``): a width multiplier (the learner's own family, every
+# width scaled), or None for ``mlp``: an MLP of MLP_STUDENT_WIDTHS on the flattened image, a student of another
+# family for an image network (:func:`student_spec`).
+STUDENT_PRESETS = {"half": 0.5, "small": 0.25, "tiny": 0.125, "mlp": None}
+# ``distill:mlp``'s hidden widths (separate policy and value torsos, as every MLP here).
+MLP_STUDENT_WIDTHS = (128, 128)
 # Smallest image side the CNN accepts: three unpadded 3x3 stride-1 convolutions leave 1 pixel of 7.
 MIN_CNN_SIDE = 7
 # Smallest image side the MinAtar network accepts: its one unpadded 3x3 convolution leaves 1 pixel of 3.
@@ -385,14 +389,23 @@ def default_spec(
 
 def student_spec(spec: NetworkSpec, preset: str) -> NetworkSpec:
     """The distillation student of ``spec``: every width scaled by ``STUDENT_PRESETS[preset]`` (at least 4),
-    same family (a ResNet's student is a narrower ResNet of as many stacks).
+    same family (a ResNet's student is a narrower ResNet of as many stacks); for ``"mlp"``, an MLP of
+    :data:`MLP_STUDENT_WIDTHS` on the flattened image of an image network. On XLA:CPU a small conv student
+    runs far below the matmul rate at a search's batch (its 3x3 patches and their narrow matmul), where an MLP
+    of as many parameters runs its two matmuls at twice the speed (docs/RESULTS.md, "Cheaper students").
 
     Raises:
-      ValueError: if ``preset`` is not a key of :data:`STUDENT_PRESETS`.
+      ValueError: if ``preset`` is not a key of :data:`STUDENT_PRESETS`, or is ``"mlp"`` for an MLP ``spec``
+        (vector observations: its students are its own family's presets).
     """
     if preset not in STUDENT_PRESETS:
         raise ValueError(f"unknown student preset {preset!r}; expected one of {', '.join(STUDENT_PRESETS)}")
     m = STUDENT_PRESETS[preset]
+    if m is None:
+        if spec.family == "mlp":
+            raise ValueError(f"student {preset!r} is an MLP for an image network, and this network is an MLP "
+                             f"already; use one of {', '.join(k for k, v in STUDENT_PRESETS.items() if v)}")
+        return dataclasses.replace(spec, family="mlp", widths=MLP_STUDENT_WIDTHS)
     return dataclasses.replace(spec, widths=tuple(max(4, int(round(w * m))) for w in spec.widths))
 
 

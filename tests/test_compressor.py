@@ -51,7 +51,8 @@ SPECS = [
     "mask:0.9+fakequant:8",
     "mask:0.9+int8",
 ]
-CNN_SPECS = ["none", "mask:0.9", "prune:0.5", "fakequant:8", "int8", "bf16", "distill:tiny", "distill:tiny+int8"]
+CNN_SPECS = ["none", "mask:0.9", "prune:0.5", "fakequant:8", "int8", "bf16", "distill:tiny", "distill:tiny+int8",
+             "distill:mlp", "distill:mlp+int8"]
 ARCH_CHANGING = ("distill", "prune", "int8")  # stages whose actor params differ in structure from the learner's
 HEADS = ("policy_head", "value_head")
 N_OBS = 16
@@ -547,9 +548,10 @@ def test_distill_student_learns_teacher():
         np.testing.assert_array_equal(a, b)
 
 
-def test_distill_cnn_student_learns_teacher():
+@pytest.mark.parametrize("spec", ["distill:tiny", "distill:mlp"])  # a conv student, and an MLP on the frames
+def test_distill_cnn_student_learns_teacher(spec):
     net = _net("minatar")
-    c = _compressor("distill:tiny", "minatar")
+    c = _compressor(spec, "minatar")
     actor_params, state = c.init(net.params, jax.random.PRNGKey(0))
     student_apply = jax.jit(c.actor_apply(net.apply))
     t_logits, _ = net.japply(net.params, net.obs)

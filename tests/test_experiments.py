@@ -296,8 +296,11 @@ def test_the_summary_keys_keep_both_shares_of_a_cost_split():
 def test_the_student_of_c_is_the_compressors_student_of_the_runs_own_network():
     # the search benchmark's N is the MinAtar net at 4x widths: distill:small's student is the paper's net
     fields = {"env": "gymnax:Breakout-MinAtar", "network": "minatar", "hidden_sizes": (64, 512)}
-    assert kinds.student_widths(fields, "distill:small") == (16, 128)
-    assert kinds.student_widths({"env": "gymnax:CartPole-v1"}, "distill:small+int8") == (16, 16)
+    assert kinds.student_fields(fields, "distill:small") == {"network": "minatar", "hidden_sizes": (16, 128)}
+    assert kinds.student_fields({"env": "gymnax:CartPole-v1"}, "distill:small+int8") == {
+        "network": "mlp", "hidden_sizes": (16, 16)}
+    # distill:mlp's student is an MLP of another family than N's: (c) trains that MLP on the flattened frames
+    assert kinds.student_fields(fields, "distill:mlp") == {"network": "mlp", "hidden_sizes": (128, 128)}
 
 
 def test_stoix_log_reads_its_steady_rate_returns_and_steps():

@@ -271,6 +271,23 @@ def test_student_is_a_narrower_network_of_the_same_family(family):
     assert count(student) < count(spec)
 
 
+@pytest.mark.parametrize("family", ["cnn", "minatar", "impala"])
+def test_the_mlp_student_of_an_image_network_flattens_its_frames(family):
+    spec = networks.default_spec(GRID, 6, network=family)
+    student = networks.student_spec(spec, "mlp")
+    assert (student.family, student.widths) == ("mlp", networks.MLP_STUDENT_WIDTHS)
+    assert student.obs_shape == spec.obs_shape and student.num_actions == spec.num_actions
+    logits, value = networks.build(student).apply(networks.init_params(student, jax.random.PRNGKey(0)),
+                                                  jnp.zeros((2,) + spec.obs_shape))
+    assert logits.shape == (2, 6) and value.shape == (2,)
+
+
+def test_an_mlp_has_no_mlp_student():
+    spec = networks.default_spec((4,), 2)
+    with pytest.raises(ValueError, match="MLP already; use one of half, small, tiny"):
+        networks.student_spec(spec, "mlp")
+
+
 @pytest.mark.parametrize("family, widths", [("cnn", (4, 4)), ("minatar", (4, 4, 4)), ("impala", (8,)), ("mlp", ())])
 def test_check_widths_names_the_family_and_what_it_takes(family, widths):
     meaning = networks.WIDTHS_MEANING[family]

@@ -3,7 +3,8 @@
 :func:`make_compressor` parses the ``--compressor`` string, a ``+`` chain of stages:
 
 * ``none``: the learner's policy itself (jitted like every actor, the fair baseline);
-* ``distill:<student>`` (``tiny``, ``small``, ``half``): knowledge distillation into a smaller student;
+* ``distill:<student>`` (``tiny``, ``small``, ``half``: the learner's network at a fraction of its widths;
+  ``mlp``: an MLP on the flattened image, for an image network): knowledge distillation into a smaller student;
 * ``prune:<fraction>``: structured pruning (a physically smaller network); ``prune:<f>+distill``
   fine-tunes the pruned network by distillation from the learner (one stage, keyed ``distill``);
 * ``mask:<sparsity>[,global][,ramp=<updates>]``: unstructured magnitude pruning;
@@ -212,7 +213,10 @@ def make_compressor(
             if arg not in networks.STUDENT_PRESETS:
                 raise ValueError(f"bad --compressor {spec!r}: unknown student {arg!r} in {part!r} (a bare "
                                  f"'distill' only follows prune:<f>); {_EXPECTED}")
-            current = networks.student_spec(network, arg)
+            try:
+                current = networks.student_spec(network, arg)
+            except ValueError as err:
+                raise ValueError(f"bad --compressor {spec!r}: {err}") from None
             stages.append((kind, stage(distill, teacher_apply, current, **distilling)))
     try:
         return chain(*stages)

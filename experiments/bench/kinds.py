@@ -122,9 +122,10 @@ def sweep(b, o: dict, rounds: int, peer: dict | None) -> dict:
     return runs
 
 
-def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
-    """Hidden widths of ``compressor``'s distillation student (``distill:<preset>``) of the network a run of
-    Config ``fields`` trains (its ``--network`` and ``--hidden-sizes`` included)."""
+def student_fields(fields: dict, compressor: str) -> dict:
+    """The Config fields ``{"network": family, "hidden_sizes": widths}`` of ``compressor``'s distillation
+    student (``distill:<preset>``) of the network a run of Config ``fields`` trains (its ``--network`` and
+    ``--hidden-sizes`` included): the student's network, to train it directly."""
     from accerl_jax import networks
     from accerl_jax.config import Config
     from accerl_jax.envs import make_env
@@ -132,7 +133,8 @@ def student_widths(fields: dict, compressor: str) -> tuple[int, ...]:
 
     cfg = Config(**fields)
     preset = compressor.split("distill:", 1)[1].split("+", 1)[0]
-    return networks.student_spec(make_spec(cfg, make_env(cfg.env, 1).info), preset).widths
+    student = networks.student_spec(make_spec(cfg, make_env(cfg.env, 1).info), preset)
+    return {"network": student.family, "hidden_sizes": student.widths}
 
 
 def training(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None) -> dict:
@@ -150,7 +152,7 @@ def training(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None
         fields.update(b.configs[label], total_steps=o["steps"], seed=seed)
         student = fields.pop("student_of", None)
         if student:
-            fields["hidden_sizes"] = student_widths(fields, student)
+            fields.update(student_fields(fields, student))
         m, inspect = o.get("matches"), None
         if m:  # a two-player game: each checkpoint's win rate against the MCTS opponent, evaluated after training
             fields.update(checkpoint_every=m["every"], keep_checkpoints=10_000)
