@@ -53,7 +53,8 @@ def _parser() -> Parser:
     p = Parser(prog="python -m experiments.probes.distill_search", description=__doc__.split("\n\n")[0])
     p.add_argument("run", metavar="RUN", help="a finished --agent search run folder on a gymnax env")
     p.add_argument("--student", default="small",
-                   help="the student's widths, networks.STUDENT_PRESETS: tiny, small or half of N's [small]")
+                   help="the student, networks.STUDENT_PRESETS: tiny, small or half of N's widths, or mlp "
+                        "(an MLP on the flattened frames) [small]")
     p.add_argument("--observations", type=int, default=100_000, help="observations of N's search play kept [100000]")
     p.add_argument("--steps", type=int, default=4000, help="Adam steps of the offline distillation [4000]")
     p.add_argument("--batch", type=int, default=1024, help="observations per Adam step [1024]")
