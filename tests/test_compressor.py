@@ -52,7 +52,7 @@ SPECS = [
     "mask:0.9+int8",
 ]
 CNN_SPECS = ["none", "mask:0.9", "prune:0.5", "fakequant:8", "int8", "bf16", "distill:tiny", "distill:tiny+int8",
-             "distill:mlp", "distill:mlp+int8"]
+             "distill:mlp"]
 ARCH_CHANGING = ("distill", "prune", "int8")  # stages whose actor params differ in structure from the learner's
 HEADS = ("policy_head", "value_head")
 N_OBS = 16
