@@ -322,9 +322,27 @@ def _anakin_layout(logdir: str, num_seeds: int) -> dict:
             return sorted({tuple(x.sharding.spec) for x in jax.tree.leaves(tree)}, key=str)
 
         return {"carry_specs": specs(state.carry), "learner_specs": specs(state.learner),
-                "compiled": chunk.jitted._cache_size(), "update": int(state.update.reshape(-1)[0])}
+                "compiled": chunk.jitted._cache_size(), "update": int(state.update.reshape(-1)[0]),
+                "timed_compress_all_reduces": _timed_compress_all_reduces(run, states[0])}
     finally:
         run.outputs.monitor.close(), run.outputs.saver.close(), run.outputs.lock.release()
+
+
+def _timed_compress_all_reduces(run, state) -> int:
+    """The all-reduces in the compiled compression that the Anakin stepper's cost split times
+    (``--cost-split``) at the run's shapes: the student's gradient summed over the devices where its rows are
+    split over them, as in the Anakin program (:func:`accerl_jax.loops.anakin_program.rows_over_devices`)."""
+    import jax
+
+    from accerl_jax.loops import pieces
+    from accerl_jax.loops.shared import learner_update
+
+    _, rollout = jax.eval_shape(run.actor.rollout_fn, state.actor_params[0], state.carry)
+    outputs = jax.eval_shape(learner_update(run), state.learner, rollout)[2] if run.teacher_update else None
+    compress = jax.jit(pieces._compress_fn(run, split_rows=True))
+    hlo = compress.lower(state.learner.params, state.compressor, pieces._flat_obs(rollout.obs), outputs,
+                         rollout).compile().as_text()
+    return hlo.count(" all-reduce(")
 
 
 def _main_job_devices(folder: str, num_seeds: int) -> None:
@@ -368,6 +386,10 @@ def test_main_job_on_n_devices_equals_one_device(tmp_path, main_job_one_device, 
     assert layout["carry_specs"] == [[None, "batch"] if num_seeds > 1 else ["batch"]], layout
     assert layout["learner_specs"] == [[]], layout
     assert layout["compiled"] == 1 and layout["update"] == 2
+    # --cost-split times the distillation data-parallel, as the program runs it: the student's gradient is
+    # summed over the devices (unsplit, XLA ran it whole on every device; docs/RESULTS.md, "The distillation
+    # on two devices").
+    assert layout["timed_compress_all_reduces"] > 0, layout
 
 
 def _cli_args(**overrides) -> list[str]:

@@ -229,14 +229,15 @@ class AnakinStepper:
         alone; each time then includes one dispatch). The FLOPs are counted in a background thread while
         the last chunk runs (:class:`~accerl_jax.loops.pieces.BackgroundFlops`), the timing after training,
         so that neither slows training. {} where the pieces cannot be split
-        (:func:`~accerl_jax.loops.pieces.has_pieces`)."""
+        (:func:`~accerl_jax.loops.pieces.has_pieces`). The compression is timed with its rows split over the
+        devices, as the program runs it."""
         run = self.run
         if not pieces.has_pieces(run) or self.state is None:
             return {}
         s = _seed(self.state, 0, self.seeds)
         flops = self.flops.result() if self.flops is not None else None
         return pieces.cost_split(run, s.learner, s.actor_params[0], s.compressor, s.carry, timed=run.cfg.cost_split,
-                                 flops=flops)
+                                 flops=flops, split_rows=True)
 
     def close(self) -> Events:
         # A decision for a chunk dispatched after the last step (a hard stop while dispatching).

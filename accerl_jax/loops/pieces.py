@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax.platform import cost
+from accerl_jax.loops.anakin_program import rows_over_devices
 from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import auto_gate
 from accerl_jax.run.build import Run, children_kwargs, teacher_kwargs
@@ -32,13 +33,18 @@ def has_pieces(run: Run) -> bool:
             and not run.cfg.distill_async)
 
 
-def _compress_fn(run: Run) -> Callable:
+def _compress_fn(run: Run, split_rows: bool = False) -> Callable:
     """``(learner params, compressor state, obs [T * B, ...], teacher outputs or None, rollout or None) ->
     (actor params, compressor state)``, the teacher outputs ``[T, B, ...]`` flattened as the Anakin program
-    hands them over, and a search rollout's recorded children likewise (``--distill-children``)."""
+    hands them over, and a search rollout's recorded children likewise (``--distill-children``). With
+    ``split_rows`` the observations and what comes with them are split by rows over the run's devices first,
+    as the Anakin program splits them (:func:`accerl_jax.loops.anakin_program.rows_over_devices`: a
+    distillation then runs data-parallel, as in the program; unsplit, XLA may run it whole on every device)."""
     def compress(params, state, obs, outputs, rollout=None):
         kwargs = teacher_kwargs([] if outputs is None else [outputs], obs.shape[0])
         kwargs.update(children_kwargs(run.compressor, rollout, obs.shape[0]))
+        if split_rows:
+            obs, kwargs = rows_over_devices(run.mesh, (obs, kwargs))
         return run.compressor.compress(params, state, obs, **kwargs)
 
     return compress
@@ -110,7 +116,8 @@ class BackgroundFlops:
         return self._result
 
 
-def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, flops: dict | None = None) -> dict:
+def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, flops: dict | None = None,
+               split_rows: bool = False) -> dict:
     """The per-update cost split of ``run``'s pieces at the state given (one seed's).
 
     Args:
@@ -122,6 +129,8 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
       timed: also compile and time each piece alone (:func:`accerl_jax.platform.cost.time_pieces`, 20 rounds).
       flops: :func:`count_flops`'s result at these shapes if already counted (:class:`BackgroundFlops`);
         None counts them here.
+      split_rows: time the compression with its rows split over the run's devices, as the Anakin program
+        runs it (:func:`_compress_fn`); on one device the same program either way.
 
     Returns:
       ``{"flops": amdahl(..., unit="flops"), "flops_source": ..., "timed": timed}``; with ``timed`` also
@@ -141,7 +150,7 @@ def cost_split(run: Run, learner, actor_params, comp_state, carry, timed: bool, 
         update = learner_update(run)
         roll_c = jax.jit(run.actor.rollout_fn)
         roll_u = jax.jit(run.actor_for(run.learner_apply).rollout_fn)
-        compress_c = jax.jit(_compress_fn(run))
+        compress_c = jax.jit(_compress_fn(run, split_rows))
         _, rollout = roll_c(actor_params, carry)
         outputs = update(learner, rollout)[2] if reuse else None
         obs = rollout.obs.reshape(_flat_obs(rollout.obs).shape)
