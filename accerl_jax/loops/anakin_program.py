@@ -173,10 +173,8 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
         else:
             skipped, streak = s.skipped, s.streak
             first_bad = (s.bad_update == 0) & (bad != FINITE)
-        obs = rollout.obs.reshape((-1,) + tuple(info.obs_shape))
-        kwargs = teacher_kwargs(outputs, obs.shape[0])
-        kwargs.update(children_kwargs(compressor, rollout, obs.shape[0]))  # --distill-children
-        obs, kwargs = rows_over_devices(run.mesh, (obs, kwargs))
+        obs, kwargs = compress_inputs(run, compressor, rollout.obs.reshape((-1,) + tuple(info.obs_shape)),
+                                      outputs, rollout)
         if every == 1:
             actor_params, comp_state = compressor.compress(learner.params, s.compressor, obs, **kwargs)
             refreshed, version = jnp.bool_(True), it
@@ -208,6 +206,19 @@ def make_update_step(run: Run, with_rollout: bool = False, compressor: Compresso
         return (new, out, rollout) if with_rollout else (new, out)
 
     return step
+
+
+def compress_inputs(run: Run, compressor: Compressor, obs, outputs: list, rollout, split_rows: bool = True):
+    """``(obs, kwargs)`` for ``compressor.compress(params, state, obs, **kwargs)`` as the Anakin program hands
+    them over: ``obs [T * B, ...]`` (the rollout's, flattened), the teacher's outputs from what the update
+    returned after its metrics (``outputs``: ``[]`` or ``[LearnerOutputs [T, B, ...]]``,
+    :func:`~accerl_jax.run.build.teacher_kwargs`) and a search rollout's recorded children
+    (:func:`~accerl_jax.run.build.children_kwargs`, ``--distill-children``); with ``split_rows`` all of it
+    split by rows over the run's devices (:func:`rows_over_devices`). The cost split times the compression
+    on the same inputs (:mod:`accerl_jax.loops.pieces`)."""
+    kwargs = teacher_kwargs(outputs, obs.shape[0])
+    kwargs.update(children_kwargs(compressor, rollout, obs.shape[0]))
+    return rows_over_devices(run.mesh, (obs, kwargs)) if split_rows else (obs, kwargs)
 
 
 def rows_over_devices(mesh, tree):

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import jax
 
 from accerl_jax.platform import cost
-from accerl_jax.loops.anakin_program import rows_over_devices
+from accerl_jax.loops.anakin_program import compress_inputs
 from accerl_jax.loops.shared import learner_update
 from accerl_jax.run import auto_gate
-from accerl_jax.run.build import Run, children_kwargs, teacher_kwargs
+from accerl_jax.run.build import Run
 
 FLOPS_SOURCE = ("XLA's cost analysis of each piece lowered alone at the run's shapes, loops unrolled "
                 "(accerl_jax.platform.cost.flops; nothing compiled)")
@@ -36,15 +36,13 @@ def has_pieces(run: Run) -> bool:
 def _compress_fn(run: Run, split_rows: bool = False) -> Callable:
     """``(learner params, compressor state, obs [T * B, ...], teacher outputs or None, rollout or None) ->
     (actor params, compressor state)``, the teacher outputs ``[T, B, ...]`` flattened as the Anakin program
-    hands them over, and a search rollout's recorded children likewise (``--distill-children``). With
-    ``split_rows`` the observations and what comes with them are split by rows over the run's devices first,
-    as the Anakin program splits them (:func:`accerl_jax.loops.anakin_program.rows_over_devices`: a
-    distillation then runs data-parallel, as in the program; unsplit, XLA may run it whole on every device)."""
+    hands them over, and a search rollout's recorded children likewise (``--distill-children``): the
+    program's own :func:`~accerl_jax.loops.anakin_program.compress_inputs`. With ``split_rows`` they are split
+    by rows over the run's devices first, as the Anakin program splits them (a distillation then runs
+    data-parallel, as in the program; unsplit, XLA may run it whole on every device)."""
     def compress(params, state, obs, outputs, rollout=None):
-        kwargs = teacher_kwargs([] if outputs is None else [outputs], obs.shape[0])
-        kwargs.update(children_kwargs(run.compressor, rollout, obs.shape[0]))
-        if split_rows:
-            obs, kwargs = rows_over_devices(run.mesh, (obs, kwargs))
+        obs, kwargs = compress_inputs(run, run.compressor, obs, [] if outputs is None else [outputs], rollout,
+                                      split_rows)
         return run.compressor.compress(params, state, obs, **kwargs)
 
     return compress
