@@ -237,7 +237,7 @@ def test_a_benchmarks_goal_ratio_is_the_ratio_its_goal_states():
     for b in BENCHMARKS:
         stated = re.search(r"ratio <= ([0-9.]+)", b.goal)
         assert (None if stated is None else float(stated.group(1))) == b.goal_ratio, b.name
-    assert sum(b.goal_ratio is not None for b in BENCHMARKS) == 9
+    assert sum(b.goal_ratio is not None for b in BENCHMARKS) == 8
 
 
 def test_amdahl_check_of_each_b_from_the_runs_share_speedup_and_steady_rates():

@@ -131,17 +131,6 @@ MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS = (
          "learner_children": True},
      "(c) student, none": MINATAR_SEARCH_CONFIGS[0]["(c) student, none"]},
     MINATAR_SEARCH_CONFIGS[1])
-# compression_search_breakout_minatar_32_simulations_children_128's (a)/(b)/(c): the learner-children ones with (b)'s
-# student learning 128 roots' children per update instead of 64 (the rows of the deeper nodes, which at 32
-# simulations the student evaluates 29 of per env step; a probe on seed 2 ended 1.1 higher, docs/RESULTS.md,
-# "32 simulations").
-LC_B = "(b) N, distill:small, children 64, 16 steps of 1/4, lr 3e-3, sibling 30, learner children"
-MINATAR_SEARCH_CHILDREN_128_CONFIGS = (
-    {"(a) N, none": MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS[0]["(a) N, none"],
-     LC_B.replace("children 64", "children 128"): {**MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS[0][LC_B],
-                                                   "distill_children": 128},
-     "(c) student, none": MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS[0]["(c) student, none"]},
-    MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS[1])
 # compression_search_connect4's search agent: the connect4 preset with N = MLP(512, 512), so that the network is
 # most of the search; distill:small's student is the preset's own MLP(128, 128).
 CONNECT4 = dict({k: v for k, v in PRESETS["connect4"].settings.items() if k not in ("env", "total_steps")},
@@ -379,16 +368,6 @@ BENCHMARKS = (
         MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_LEARNER_CHILDREN_CONFIGS,
         BREAKOUT_SEARCH_LONG_32,
         LEARNER_CHILDREN_SMOKE,
-        goal_ratio=ISSUE_31_RATIO, host_devices=2),
-    Benchmark(
-        "compression_search_breakout_minatar_32_simulations_children_128", "compression",
-        "compression_search_breakout_minatar_32_simulations with (b)'s student learning 128 search roots' children "
-        "per update instead of 64 (--distill-children 128): the same (a) and (c), 2 XLA host devices, budget, seeds "
-        "and target 40 (fixed before this benchmark ran: (c) is the same runs); seconds to the target (compilation "
-        "included), final return, and the Amdahl check of (b).",
-        MINATAR_SEARCH_GOAL, *MINATAR_SEARCH_CHILDREN_128_CONFIGS,
-        BREAKOUT_SEARCH_LONG_32,
-        dict(SMOKE_TRAIN, configs=[LC_B.replace("children 64", "children 128")]),
         goal_ratio=ISSUE_31_RATIO, host_devices=2),
     Benchmark(
         "compression_search_space_invaders_minatar_long", "compression",
