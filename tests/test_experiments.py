@@ -193,6 +193,57 @@ def test_a_two_player_benchmarks_verdict_holds_the_final_win_rate_not_the_return
     assert kinds.quality_metric(BY_NAME["compression_cartpole"]) == "final_return_mean"
 
 
+def test_a_benchmark_with_an_evaluation_holds_the_trained_policys_evaluated_return_equal():
+    """With ``evaluation`` in its options (the 32-simulation Breakout benchmark), the verdict's quality is each
+    run's evaluated return, not its last training episodes' return: the same runs pay or not by it alone."""
+    b = BY_NAME["compression_search_breakout_minatar_32_simulations"]
+    labels = list(b.configs)
+    assert kinds.quality_metric(b) == "final_eval_return" and b.options["evaluation"]["episodes"] == 200
+    assert "final_eval_return" in [m for m, _, _ in kinds.columns(b)]
+
+    def verdict(evaluated):  # (b) soonest; (b)'s training return below (a)'s lowest seed in every case
+        runs = {label: [{"time_to_target_s": t, "final_return_mean": r, "final_eval_return": e, "wall_time_s": 1.0}]
+                for label, t, r, e in zip(labels, (30.0, 10.0, 20.0), (48.0, 46.0, 30.0), evaluated)}
+        return kinds.verdict(kinds.summarise(b.kind, runs, kinds.columns(b)), labels, kinds.quality_metric(b))
+
+    assert verdict([47.0, 47.5, 30.0])["pays"] and not verdict([47.0, 46.5, 30.0])["pays"]
+
+
+def test_a_benchmark_with_an_evaluation_evaluates_each_run_after_training(monkeypatch):
+    """``kinds.training`` with ``evaluation`` hands each run an ``inspect`` that evaluates its folder with the
+    stated episodes (:func:`harness.evaluated_return`); without it, none."""
+    seen = []
+    monkeypatch.setattr(harness, "evaluated_return", lambda run_dir, episodes: {"final_eval_return": episodes})
+    monkeypatch.setattr(harness, "train_in_process", lambda fields, target, keep_curve, inspect, keep: seen.append(
+        inspect and inspect("somewhere")) or {"final_return_mean": 1.0})
+    b = BY_NAME["compression_cartpole"]
+    o = dict(steps=64, seeds=[0], configs=list(b.configs)[:1])
+    kinds.training(b, dict(o, evaluation=dict(episodes=7)), 1, None)
+    kinds.training(b, o, 1, None)
+    assert seen == [{"final_eval_return": 7}, None]
+
+
+def test_evaluated_return_is_evaluates_learner_policy(tmp_path):
+    """harness.evaluated_return plays a search run's final checkpoint as `python -m accerl_jax.evaluate RUN
+    --policy learner --num-envs 64` does: the same returns, the learner's network, not the compressed actor's."""
+    from accerl_jax import evaluate
+    from accerl_jax import run_training_result
+    from accerl_jax.config import Config
+
+    run = tmp_path / "run"
+    run_training_result(Config(env="gymnax:CartPole-v1", agent="search", hidden_sizes=(16,), num_envs=4,
+                               rollout_length=4, num_simulations=2, total_steps=32, compressor="distill:small",
+                               checkpoint_every=0, progress=False, logdir=str(run)))
+    got = harness.evaluated_return(str(run), 8)
+    record = evaluate.evaluate(evaluate.Args(run_dir=str(run), policy="learner", episodes=8,
+                                             num_envs=harness.EVAL_NUM_ENVS, progress=False))
+    assert got == {"final_eval_return": record["return"]["mean"], "final_eval_return_std": record["return"]["std"],
+                   "eval_episodes": 8}
+    actor = evaluate.evaluate(evaluate.Args(run_dir=str(run), episodes=8, num_envs=harness.EVAL_NUM_ENVS,
+                                            progress=False))
+    assert actor["policy"] == "actor" and record["policy"] == "learner"
+
+
 def test_a_target_reached_by_fewer_than_most_runs_counts_as_never_reached():
     labels = ["(a)", "(b)", "(c)"]
     runs = {"(a)": [{"time_to_target_s": t, "final_return_mean": 6.0, "wall_time_s": 1.0} for t in (50.0, 45.0, 56.0)],

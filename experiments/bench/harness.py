@@ -222,6 +222,33 @@ def win_rates(logdir: str, games: int, opponent_simulations: int, target: float 
     return {"win_rates": rows, "final_win_rate": rows[-1]["win_rate"], "time_to_target_s": hit[0] if hit else None}
 
 
+EVAL_NUM_ENVS = 64  # environments an evaluated return (:func:`evaluated_return`) plays at once
+
+
+def evaluated_return(logdir: str, episodes: int, seed: int = 1) -> dict:
+    """The trained policy's return on fresh episodes: the final checkpoint of the one-player run in ``logdir``
+    played as ``python -m accerl_jax.evaluate RUN --policy learner --episodes episodes --num-envs 64 --seed
+    seed`` plays it (the learner's network, uncompressed, searching with the run's simulations in a search
+    run; its sampled action; evaluation's own env seeds, not the run's). A run's logged final return averages
+    its last 100 training episodes, the compressed actor's in a compressed run; on Breakout-MinAtar an
+    episode's return varies with a standard deviation near 20 (docs/RESULTS.md, "The trained policy
+    evaluated"), so that average moves by about 2 between seeds of one policy.
+
+    Returns:
+      ``{"final_eval_return": mean, "final_eval_return_std": population std (returns per episode),
+      "eval_episodes": episodes}``.
+    """
+    from accerl_jax import evaluate
+    from accerl_jax.search.evaluation import search_settings
+    from accerl_jax.tools import trained as trained_lib
+
+    trained = trained_lib.load(logdir, policy="learner", num_envs=EVAL_NUM_ENVS, seed=seed)
+    played = evaluate.play(trained, episodes, seed=seed, search=search_settings(trained.cfg, None, False))
+    stats = evaluate.stats(played["returns"])
+    return {"final_eval_return": stats["mean"], "final_eval_return_std": stats["std"],
+            "eval_episodes": len(played["returns"])}
+
+
 def train_in_process(fields: dict, target: float | None = None, keep_curve: bool = False, inspect=None,
                      keep: str | None = None) -> dict:
     """One :func:`accerl_jax.run_training_result` run of ``Config(**fields)`` in a fresh temporary log folder:

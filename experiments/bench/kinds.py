@@ -143,7 +143,9 @@ def training(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None
     from setup, wall seconds; with the option ``curve``, each run's learning curve (:func:`harness.learning_curve`);
     with ``matches`` (``{"every", "games", "opponent_simulations"}``, a two-player game), a checkpoint every
     ``every`` updates and each one's win rate against the MCTS opponent (:func:`harness.win_rates`): the
-    target is then a win rate and ``final_win_rate`` the quality.
+    target is then a win rate and ``final_win_rate`` the quality; with ``evaluation`` (``{"episodes"}``, a
+    one-player run), its final checkpoint's learner policy played on that many fresh episodes after training
+    (:func:`harness.evaluated_return`): ``final_eval_return`` is then the quality (:func:`quality_metric`).
     ``student_of``: the named compressor's student network, trained directly (no compressor).
     ``keep``: a folder whose :func:`kept_folder` of each run keeps it (:func:`harness.kept_in_process`:
     finished runs are read back, stopped ones resume)."""
@@ -159,6 +161,11 @@ def training(b, o: dict, rounds: int, peer: dict | None, keep: str | None = None
 
             def inspect(run_dir):
                 return harness.win_rates(run_dir, m["games"], m["opponent_simulations"], o.get("target"))
+        if o.get("evaluation"):  # the trained policy's quality: its final checkpoint evaluated after training
+            episodes = o["evaluation"]["episodes"]
+
+            def inspect(run_dir):
+                return harness.evaluated_return(run_dir, episodes)
         return harness.train_in_process(fields, None if m else o.get("target"), keep_curve=o.get("curve", False),
                                         inspect=inspect, keep=keep and kept_folder(keep, b.name, label, seed, r))
 
@@ -179,8 +186,10 @@ def compression(b, o: dict, rounds: int, peer: dict | None, keep: str | None = N
 
 def quality_metric(b) -> str:
     """The metric benchmark ``b``'s configurations are held equal on: ``final_win_rate`` for a two-player
-    game's (its options have ``matches``, :func:`training`), else ``final_return_mean``."""
-    return "final_win_rate" if "matches" in b.options else "final_return_mean"
+    game's (its options have ``matches``, :func:`training`), ``final_eval_return`` for one whose options have
+    ``evaluation`` (the trained policy evaluated), else ``final_return_mean`` (the last training episodes)."""
+    return ("final_win_rate" if "matches" in b.options else "final_eval_return" if "evaluation" in b.options
+            else "final_return_mean")
 
 
 def seconds_to_target(row: dict) -> float | None:

@@ -81,7 +81,8 @@ def section(b, results: dict) -> list[str]:
         if "verdict" in r:
             v = r["verdict"]
             which = f" (`{v['best']}`)" if "best" in v and len(b.configs) > 3 else ""
-            quality = "win rate" if kinds.quality_metric(b) == "final_win_rate" else "return"
+            quality = {"final_win_rate": "win rate", "final_eval_return": "evaluated return"}.get(
+                kinds.quality_metric(b), "return")
             lines += [f"Compression pays here{which}: **{'yes' if v['pays'] else 'no'}** ((b) sooner than (a) and "
                       f"(c): {'yes' if v['sooner_than_a_and_c'] else 'no'}; equal final {quality}: "
                       f"{'yes' if v['equal_final_return'] else 'no'}; {half_sooner(b, r, v)}).", ""]
