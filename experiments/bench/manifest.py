@@ -124,10 +124,11 @@ BREAKOUT_SEARCH_LONG = dict(env="gymnax:Breakout-MinAtar", target=30.0, steps=1_
 # as Connect Four's win rate is the learner's search's). The logged final return averages the last 100 training
 # episodes of the compressed actor in (b), whose returns vary with a standard deviation near 20 per episode
 # (docs/RESULTS.md, "The trained policy evaluated").
+EVALUATED_EPISODES = 200
 BREAKOUT_SEARCH_LONG_32 = dict(BREAKOUT_SEARCH_LONG, target=40.0, fields=dict(SEARCH_MINATAR, num_simulations=32),
-                               evaluation=dict(episodes=200))
+                               evaluation=dict(episodes=EVALUATED_EPISODES))
 EVALUATED_COLUMNS = (("time_to_target_s", "to target s", ".1f"), ("final_return_mean", "final return", ".1f"),
-                     ("final_eval_return", "evaluated return (learner's search, 200 episodes)", ".1f"),
+                     ("final_eval_return", f"evaluated return (learner's search, {EVALUATED_EPISODES} episodes)", ".1f"),
                      ("wall_time_s", "wall s", ".1f"))
 # compression_search_breakout_minatar_learner_children's (a)/(b)/(c): the long benchmark's, its (b) SpaceInvaders'
 # children row (the sibling term at 30) with the learner's network at the search roots' children (--learner-children:
