@@ -223,7 +223,7 @@ def test_a_benchmark_with_an_evaluation_evaluates_each_run_after_training(monkey
     assert seen == [{"final_eval_return": 7}, None]
 
 
-def test_evaluated_return_is_evaluates_learner_policy(tmp_path):
+def test_evaluated_return_equals_evaluates_learner_record(tmp_path):
     """harness.evaluated_return plays a search run's final checkpoint as `python -m accerl_jax.evaluate RUN
     --policy learner --num-envs 64` does: the same returns, the learner's network, not the compressed actor's."""
     from accerl_jax import evaluate
